@@ -1,0 +1,169 @@
+//! A single-threaded store for unit tests: [`memory::Partition`]s, a clock
+//! the test moves by hand, and a count of store calls.
+//!
+//! `wait` cannot block (nothing else runs), so it lets simulated time pass:
+//! it first runs the test's `during_wait` hook (another client acting while
+//! this one waits) and, if the partition still has not changed, moves the
+//! clock forward by the timeout.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use crate::memory::{DEFAULT_HISTORY, Partition};
+use crate::store::*;
+
+type Hook = Box<dyn FnMut(&FakeStore)>;
+
+#[derive(Default)]
+pub struct FakeStore {
+    now: Cell<u64>,
+    partitions: RefCell<HashMap<String, Partition>>,
+    pub calls: Cell<usize>,
+    pub waits: Cell<usize>,
+    during_wait: RefCell<Option<Hook>>,
+}
+
+impl FakeStore {
+    pub fn new(now: u64) -> Self {
+        let store = FakeStore::default();
+        store.now.set(now);
+        store
+    }
+
+    pub fn advance(&self, ms: u64) {
+        self.now.set(self.now.get() + ms);
+    }
+
+    pub fn clock(&self) -> u64 {
+        self.now.get()
+    }
+
+    pub fn during_wait(&self, hook: impl FnMut(&FakeStore) + 'static) {
+        *self.during_wait.borrow_mut() = Some(Box::new(hook));
+    }
+
+    fn count(&self) {
+        self.calls.set(self.calls.get() + 1);
+    }
+
+    fn with<T>(&self, partition: &str, f: impl FnOnce(&mut Partition, u64) -> T) -> T {
+        let mut partitions = self.partitions.borrow_mut();
+        let p = partitions
+            .entry(partition.to_string())
+            .or_insert_with(|| Partition::new(DEFAULT_HISTORY));
+        f(p, self.now.get())
+    }
+
+    fn write(
+        &self,
+        partition: &str,
+        f: impl FnOnce(&mut Partition, u64) -> Outcome,
+    ) -> Result<WriteReply, StoreError> {
+        self.count();
+        Ok(self.with(partition, |p, now| WriteReply {
+            outcome: f(p, now),
+            now,
+        }))
+    }
+}
+
+impl Store for &FakeStore {
+    fn now(&self) -> Result<Millis, StoreError> {
+        self.count();
+        Ok(self.now.get())
+    }
+    fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        self.count();
+        Ok(self.with(partition, |p, now| ReadReply {
+            entry: p.get(key, now),
+            now,
+        }))
+    }
+    fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        self.count();
+        Ok(self.with(partition, |p, now| {
+            let entries = p.list(prefix, now);
+            ListReply {
+                entries,
+                revision: p.revision(),
+                now,
+            }
+        }))
+    }
+    fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.write(partition, |p, now| {
+            p.put(key, value, ttl_ms, condition, now)
+        })
+    }
+    fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.write(partition, |p, now| p.delete(key, condition, now))
+    }
+    fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.write(partition, |p, now| p.touch(key, ttl_ms, condition, now))
+    }
+    fn changes(&self, partition: &str, after: u64, max: u32) -> Result<ChangesReply, StoreError> {
+        self.count();
+        self.with(partition, |p, now| {
+            let changes = p.changes(after, max, now)?;
+            Ok(ChangesReply {
+                changes,
+                revision: p.revision(),
+                now,
+            })
+        })
+    }
+    fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        self.count();
+        self.waits.set(self.waits.get() + 1);
+        let hook = self.during_wait.borrow_mut().take();
+        if let Some(mut hook) = hook {
+            hook(self);
+            *self.during_wait.borrow_mut() = Some(hook);
+        }
+        let changed = self.with(partition, |p, now| {
+            p.sweep(now);
+            p.revision() > after
+        });
+        if !changed {
+            // Sleep until the first expiry in the partition or the timeout.
+            let deadline = self.now.get() + timeout_ms;
+            let wake = self
+                .with(partition, |p, _| p.next_expiry())
+                .map_or(deadline, |e| e.min(deadline));
+            self.now.set(wake.max(self.now.get()));
+        }
+        Ok(self.with(partition, |p, now| {
+            p.sweep(now);
+            p.revision()
+        }))
+    }
+}
+
+/// Entropy that counts up, so owner tokens differ and tests are repeatable.
+#[derive(Default)]
+pub struct CountingEntropy(Cell<u8>);
+
+impl crate::store::Entropy for CountingEntropy {
+    fn random_16(&self) -> [u8; 16] {
+        self.0.set(self.0.get().wrapping_add(1));
+        [self.0.get(); 16]
+    }
+}

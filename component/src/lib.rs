@@ -1,0 +1,31 @@
+//! coord's coordination logic, compiled two ways.
+//!
+//! For `wasm32-unknown-unknown` this crate is the coord WebAssembly component:
+//! [`wasm`] binds the logic to the exports of the WIT world `coordinator`
+//! (`wit/`), and every store request goes to the host through the imported
+//! `coord:sync/store` interface. Natively it is a plain Rust library whose
+//! logic runs over any [`store::Store`], which is how the unit tests drive it
+//! with a fake store and a clock they move by hand.
+//!
+//! The types of the WIT contract are generated once, in [`bindings`], and the
+//! logic uses them directly, so what a test sees is exactly what crosses the
+//! component boundary.
+//!
+//! - [`store`]: the store trait the logic runs over, mirroring `coord:sync/store`.
+//! - [`lock`]: the distributed lock (`coord:sync/lock`).
+//! - [`memory`]: the store semantics over plain memory, shared with the host.
+//! - [`keys`]: how names become store partitions, injectively.
+//! - [`validate`]: argument checks shared by every interface.
+
+pub mod bindings;
+pub mod keys;
+pub mod lock;
+pub mod memory;
+pub mod store;
+pub mod validate;
+
+#[cfg(test)]
+mod fake;
+
+#[cfg(target_arch = "wasm32")]
+mod wasm;

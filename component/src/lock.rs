@@ -1,0 +1,318 @@
+//! The distributed lock: `coord:sync/lock`.
+//!
+//! A lock (`id`, `resource`) is one entry, [`keys::LOCK_HOLDER_KEY`], in a
+//! partition of its own. Its value is the holder's owner token and its store
+//! revision is the holder's fence, so:
+//!
+//! - acquire is a create-if-absent with the TTL (one store request);
+//! - release is a delete guarded by (fence, owner) (one request);
+//! - extend is a touch guarded by (fence, owner) (one request), which renews
+//!   the TTL without a new revision, so the fence stays the same;
+//! - a waiter blocks in the store's `wait` on the holder's revision, so the
+//!   release (a delete, hence a new revision) or the expiry wakes it.
+//!
+//! Fences are strictly increasing because store revisions are: every later
+//! acquisition is a later write to the same partition.
+
+use crate::bindings::exports::coord::sync::lock::{
+    AcquireOptions, AcquireOutcome, Error, ExtendOutcome, HeldLock, Holder, InvalidArgument, Retry,
+    WaitPolicy,
+};
+use crate::keys::{self, LOCK_HOLDER_KEY};
+use crate::store::{Condition, Entropy, Entry, Guard, Outcome, Store, StoreError};
+use crate::validate::{self, Invalid, MAX_ID_BYTES, MAX_NAME_BYTES};
+
+/// The TTL when `acquire-options.ttl-ms` is not given (seed 001: 30 s).
+pub const DEFAULT_TTL_MS: u64 = 30_000;
+/// The wait when `acquire-options.wait` is not given (seed 000: ten attempts, 200 ms apart).
+pub const DEFAULT_RETRY: Retry = Retry {
+    max_attempts: 10,
+    delay_ms: 200,
+};
+/// The most attempts a `wait-policy.attempts` may ask for.
+pub const MAX_ATTEMPTS: u32 = 1000;
+/// The longest delay between attempts, in milliseconds.
+pub const MAX_DELAY_MS: u64 = 60_000;
+/// The longest `wait-policy.timeout`, in milliseconds (ten minutes).
+pub const MAX_WAIT_MS: u64 = 600_000;
+
+/// The lock operations over a store and a source of randomness.
+pub struct Locks<S, E> {
+    store: S,
+    entropy: E,
+}
+
+impl From<Invalid> for Error {
+    fn from(invalid: Invalid) -> Self {
+        Error::InvalidArgument(InvalidArgument {
+            field: invalid.field,
+            reason: invalid.reason,
+        })
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(why) => Error::Unavailable(why),
+            StoreError::HistoryGone(_) => {
+                Error::Internal("the store answered a lock request with history-gone".into())
+            }
+            StoreError::Invalid(why) => {
+                Error::Internal(format!("the store rejected a lock request: {why}"))
+            }
+        }
+    }
+}
+
+/// How many more times, and until when, an acquire keeps trying.
+enum Patience {
+    Attempts {
+        left: u32,
+        delay_ms: u64,
+    },
+    Until {
+        deadline: Option<u64>,
+        timeout_ms: u64,
+    },
+}
+
+impl Patience {
+    fn new(policy: WaitPolicy) -> Self {
+        match policy {
+            WaitPolicy::NoWait => Patience::Attempts {
+                left: 0,
+                delay_ms: 0,
+            },
+            WaitPolicy::Attempts(retry) => Patience::Attempts {
+                left: retry.max_attempts.saturating_sub(1),
+                delay_ms: retry.delay_ms,
+            },
+            WaitPolicy::Timeout(timeout_ms) => Patience::Until {
+                deadline: None,
+                timeout_ms,
+            },
+        }
+    }
+
+    /// After a busy attempt seen at store time `now`: how long to wait for a
+    /// change before the next attempt, or `None` to give up.
+    fn next_wait(&mut self, now: u64) -> Option<u64> {
+        match self {
+            Patience::Attempts { left, delay_ms } => {
+                if *left == 0 {
+                    return None;
+                }
+                *left -= 1;
+                Some(*delay_ms)
+            }
+            Patience::Until {
+                deadline,
+                timeout_ms,
+            } => {
+                // The deadline runs from the first reply, on the store's clock.
+                let deadline = *deadline.get_or_insert(now.saturating_add(*timeout_ms));
+                (now < deadline).then(|| deadline - now)
+            }
+        }
+    }
+}
+
+impl<S: Store, E: Entropy> Locks<S, E> {
+    /// Lock operations on `store`, minting owner tokens from `entropy`.
+    pub fn new(store: S, entropy: E) -> Self {
+        Locks { store, entropy }
+    }
+
+    /// The store these operations use.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// `acquire` of `coord:sync/lock`.
+    pub fn acquire(
+        &self,
+        id: &str,
+        resource: &str,
+        options: AcquireOptions,
+    ) -> Result<AcquireOutcome, Error> {
+        check_names(id, resource, "id", "resource")?;
+        let ttl_ms = options.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
+        validate::ttl("options.ttl-ms", ttl_ms)?;
+        let policy = options.wait.unwrap_or(WaitPolicy::Attempts(DEFAULT_RETRY));
+        check_wait(&policy)?;
+
+        let partition = keys::lock_partition(id, resource);
+        let owner = hex(&self.entropy.random_16());
+        let mut patience = Patience::new(policy);
+        loop {
+            let reply = self.store.put(
+                &partition,
+                LOCK_HOLDER_KEY,
+                owner.as_bytes(),
+                Some(ttl_ms),
+                &Condition::Absent,
+            )?;
+            let current = match reply.outcome {
+                Outcome::Applied(entry) => {
+                    return Ok(AcquireOutcome::Acquired(HeldLock {
+                        id: id.to_string(),
+                        resource: resource.to_string(),
+                        owner,
+                        fence: entry.revision,
+                        ttl_ms,
+                        expires_at: expiry(&entry)?,
+                    }));
+                }
+                Outcome::Conflict(Some(current)) => current,
+                Outcome::Conflict(None) => {
+                    return Err(Error::Internal(
+                        "create-if-absent failed but the store reported no entry".into(),
+                    ));
+                }
+            };
+            let holder = holder(&current, reply.now)?;
+            let Some(wait_ms) = patience.next_wait(reply.now) else {
+                return Ok(AcquireOutcome::Busy(holder));
+            };
+            // Wake on the release (a new revision) or at the holder's expiry,
+            // whichever comes first; the store's wait also wakes on expiry.
+            let wait_ms = wait_ms.min(holder.remaining_ms);
+            if wait_ms > 0 {
+                self.store.wait(&partition, current.revision, wait_ms)?;
+            }
+        }
+    }
+
+    /// `release` of `coord:sync/lock`: `true` when this call freed the lock.
+    pub fn release(&self, lock: &HeldLock) -> Result<bool, Error> {
+        check_held(lock)?;
+        let partition = keys::lock_partition(&lock.id, &lock.resource);
+        let reply = self
+            .store
+            .delete(&partition, LOCK_HOLDER_KEY, &owned_by(lock))?;
+        Ok(matches!(reply.outcome, Outcome::Applied(_)))
+    }
+
+    /// `extend` of `coord:sync/lock`.
+    pub fn extend(&self, lock: &HeldLock, ttl_ms: Option<u64>) -> Result<ExtendOutcome, Error> {
+        check_held(lock)?;
+        let ttl_ms = ttl_ms.unwrap_or(lock.ttl_ms);
+        validate::ttl("ttl-ms", ttl_ms)?;
+        let partition = keys::lock_partition(&lock.id, &lock.resource);
+        let reply = self
+            .store
+            .touch(&partition, LOCK_HOLDER_KEY, ttl_ms, &owned_by(lock))?;
+        match reply.outcome {
+            Outcome::Applied(entry) => Ok(ExtendOutcome::Extended(HeldLock {
+                ttl_ms,
+                expires_at: expiry(&entry)?,
+                ..lock.clone()
+            })),
+            Outcome::Conflict(_) => Ok(ExtendOutcome::Lost),
+        }
+    }
+
+    /// `inspect` of `coord:sync/lock`.
+    pub fn inspect(&self, id: &str, resource: &str) -> Result<Option<Holder>, Error> {
+        check_names(id, resource, "id", "resource")?;
+        let reply = self
+            .store
+            .get(&keys::lock_partition(id, resource), LOCK_HOLDER_KEY)?;
+        reply
+            .entry
+            .map(|entry| holder(&entry, reply.now))
+            .transpose()
+    }
+
+    /// `force-release` of `coord:sync/lock`: `true` when a holder was removed.
+    pub fn force_release(&self, id: &str, resource: &str) -> Result<bool, Error> {
+        check_names(id, resource, "id", "resource")?;
+        let reply = self.store.delete(
+            &keys::lock_partition(id, resource),
+            LOCK_HOLDER_KEY,
+            &Condition::Always,
+        )?;
+        Ok(matches!(reply.outcome, Outcome::Applied(_)))
+    }
+}
+
+/// The condition that only this acquisition satisfies.
+fn owned_by(lock: &HeldLock) -> Condition {
+    Condition::RevisionAndValue(Guard {
+        revision: lock.fence,
+        value: lock.owner.as_bytes().to_vec(),
+    })
+}
+
+fn expiry(entry: &Entry) -> Result<u64, Error> {
+    entry
+        .expires_at
+        .ok_or_else(|| Error::Internal("a lock entry has no expiry".into()))
+}
+
+fn holder(entry: &Entry, now: u64) -> Result<Holder, Error> {
+    Ok(Holder {
+        fence: entry.revision,
+        remaining_ms: expiry(entry)?.saturating_sub(now),
+    })
+}
+
+fn check_names(
+    id: &str,
+    resource: &str,
+    id_field: &str,
+    resource_field: &str,
+) -> Result<(), Invalid> {
+    validate::name(id_field, id, MAX_ID_BYTES)?;
+    validate::name(resource_field, resource, MAX_NAME_BYTES)
+}
+
+fn check_wait(policy: &WaitPolicy) -> Result<(), Invalid> {
+    match policy {
+        WaitPolicy::NoWait => Ok(()),
+        WaitPolicy::Attempts(retry) => {
+            validate::in_range(
+                "options.wait.attempts.max-attempts",
+                u64::from(retry.max_attempts),
+                1,
+                u64::from(MAX_ATTEMPTS),
+            )?;
+            validate::in_range(
+                "options.wait.attempts.delay-ms",
+                retry.delay_ms,
+                0,
+                MAX_DELAY_MS,
+            )
+        }
+        WaitPolicy::Timeout(ms) => validate::in_range("options.wait.timeout", *ms, 0, MAX_WAIT_MS),
+    }
+}
+
+/// A held-lock record must be one `acquire` could have returned; a forged or
+/// corrupted one is rejected by name before the store is asked.
+fn check_held(lock: &HeldLock) -> Result<(), Invalid> {
+    check_names(&lock.id, &lock.resource, "lock.id", "lock.resource")?;
+    if lock.owner.len() != 32
+        || !lock
+            .owner
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(Invalid::new(
+            "lock.owner",
+            "must be 32 lowercase hex digits",
+        ));
+    }
+    if lock.fence == 0 {
+        return Err(Invalid::new("lock.fence", "must be greater than 0"));
+    }
+    validate::ttl("lock.ttl-ms", lock.ttl_ms)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;

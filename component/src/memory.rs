@@ -1,0 +1,200 @@
+//! The store contract's semantics over plain memory, one partition at a time.
+//!
+//! [`Partition`] is the single implementation of what `wit/store.wit`
+//! promises — conditions, revisions, TTLs, the bounded change feed and its
+//! expire events — for every store that keeps its data in this process: the
+//! host's in-memory backend wraps it in a lock and adds waiting, and the
+//! unit tests' fake store wraps it in a `RefCell` with a clock they move.
+//! Time is passed in (`now`) on every call, so the caller owns the clock.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::store::{Change, ChangeKind, Condition, Entry, Guard, Outcome, StoreError};
+
+/// How many changes a partition's feed keeps by default.
+pub const DEFAULT_HISTORY: usize = 1024;
+
+/// One partition: its live entries, its latest revision and its change feed.
+#[derive(Debug, Clone)]
+pub struct Partition {
+    revision: u64,
+    entries: BTreeMap<String, Entry>,
+    feed: VecDeque<Change>,
+    history: usize,
+    /// The feed holds every change with a greater revision than this.
+    complete_after: u64,
+}
+
+impl Partition {
+    /// An empty partition whose feed keeps the last `history` changes (at least 1).
+    pub fn new(history: usize) -> Self {
+        Partition {
+            revision: 0,
+            entries: BTreeMap::new(),
+            feed: VecDeque::new(),
+            history: history.max(1),
+            complete_after: 0,
+        }
+    }
+
+    /// The latest revision (0 before the first write).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The earliest store time at which a live entry expires.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.entries.values().filter_map(|e| e.expires_at).min()
+    }
+
+    /// Whether the partition holds no live entries (after a [`Partition::sweep`]).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Expire every entry whose TTL has run out by `now`, recording an
+    /// `expire` change for each, in the order they expired. Returns how many.
+    pub fn sweep(&mut self, now: u64) -> usize {
+        let mut due: Vec<(u64, String)> = self
+            .entries
+            .iter()
+            .filter_map(|(key, e)| {
+                e.expires_at
+                    .filter(|&at| at <= now)
+                    .map(|at| (at, key.clone()))
+            })
+            .collect();
+        due.sort();
+        for (at, key) in &due {
+            self.entries.remove(key);
+            self.record(ChangeKind::Expire, key, Vec::new(), *at);
+        }
+        due.len()
+    }
+
+    /// The live entry under `key`.
+    pub fn get(&mut self, key: &str, now: u64) -> Option<Entry> {
+        self.sweep(now);
+        self.entries.get(key).cloned()
+    }
+
+    /// The live entries whose keys start with `prefix`, in key order.
+    pub fn list(&mut self, prefix: &str, now: u64) -> Vec<Entry> {
+        self.sweep(now);
+        self.entries
+            .range(prefix.to_string()..)
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+
+    /// Write `value` under `key` if `condition` holds.
+    pub fn put(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+        now: u64,
+    ) -> Outcome {
+        self.sweep(now);
+        if let Some(conflict) = self.check(key, condition) {
+            return conflict;
+        }
+        let revision = self.record(ChangeKind::Put, key, value.to_vec(), now);
+        let entry = Entry {
+            key: key.to_string(),
+            value: value.to_vec(),
+            revision,
+            updated_at: now,
+            expires_at: ttl_ms.map(|ttl| now.saturating_add(ttl)),
+        };
+        self.entries.insert(key.to_string(), entry.clone());
+        Outcome::Applied(entry)
+    }
+
+    /// Remove `key` if it is live and `condition` holds.
+    pub fn delete(&mut self, key: &str, condition: &Condition, now: u64) -> Outcome {
+        self.sweep(now);
+        if let Some(conflict) = self.check_live(key, condition) {
+            return conflict;
+        }
+        let Some(entry) = self.entries.remove(key) else {
+            return Outcome::Conflict(None);
+        };
+        self.record(ChangeKind::Delete, key, Vec::new(), now);
+        Outcome::Applied(entry)
+    }
+
+    /// Renew the TTL of the live entry under `key` if `condition` holds; no new revision.
+    pub fn touch(&mut self, key: &str, ttl_ms: u64, condition: &Condition, now: u64) -> Outcome {
+        self.sweep(now);
+        if let Some(conflict) = self.check_live(key, condition) {
+            return conflict;
+        }
+        match self.entries.get_mut(key) {
+            Some(entry) => {
+                entry.expires_at = Some(now.saturating_add(ttl_ms));
+                Outcome::Applied(entry.clone())
+            }
+            None => Outcome::Conflict(None),
+        }
+    }
+
+    /// At most `max` changes with a revision greater than `after`, or
+    /// `history-gone` when the feed no longer reaches back that far.
+    pub fn changes(&mut self, after: u64, max: u32, now: u64) -> Result<Vec<Change>, StoreError> {
+        self.sweep(now);
+        if after < self.complete_after {
+            return Err(StoreError::HistoryGone(self.complete_after));
+        }
+        Ok(self
+            .feed
+            .iter()
+            .filter(|c| c.revision > after)
+            .take(max as usize)
+            .cloned()
+            .collect())
+    }
+
+    /// `None` when `condition` holds for `key`, else the conflict to report.
+    fn check(&self, key: &str, condition: &Condition) -> Option<Outcome> {
+        let current = self.entries.get(key);
+        let holds = match (condition, current) {
+            (Condition::Always, _) => true,
+            (Condition::Absent, current) => current.is_none(),
+            (Condition::Revision(rev), Some(e)) => e.revision == *rev,
+            (Condition::RevisionAndValue(Guard { revision, value }), Some(e)) => {
+                e.revision == *revision && e.value == *value
+            }
+            (_, None) => false,
+        };
+        (!holds).then(|| Outcome::Conflict(current.cloned()))
+    }
+
+    /// Like `check`, but an absent key never satisfies the condition (delete, touch).
+    fn check_live(&self, key: &str, condition: &Condition) -> Option<Outcome> {
+        if !self.entries.contains_key(key) {
+            return Some(Outcome::Conflict(None));
+        }
+        self.check(key, condition)
+    }
+
+    /// Append a change with the next revision, trimming the feed to its bound.
+    fn record(&mut self, kind: ChangeKind, key: &str, value: Vec<u8>, at: u64) -> u64 {
+        self.revision += 1;
+        self.feed.push_back(Change {
+            kind,
+            key: key.to_string(),
+            value,
+            revision: self.revision,
+            at,
+        });
+        while self.feed.len() > self.history {
+            if let Some(dropped) = self.feed.pop_front() {
+                self.complete_after = dropped.revision;
+            }
+        }
+        self.revision
+    }
+}

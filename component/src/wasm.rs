@@ -1,0 +1,106 @@
+//! The component's binding: the exported `coord:sync/lock` implemented by
+//! [`crate::lock::Locks`] over the imported `coord:sync/store`.
+
+// The `export!` expansion defines the raw ABI entry points, which are unsafe by nature.
+#![allow(unsafe_code)]
+use crate::bindings::coord::sync::store as host;
+use crate::bindings::exports::coord::sync::lock::{
+    AcquireOptions, AcquireOutcome, Error, ExtendOutcome, Guest as LockGuest, HeldLock, Holder,
+};
+use crate::bindings::wasi::random::random;
+use crate::lock::Locks;
+use crate::store::*;
+
+/// The store the host provides, reached through the component's imports.
+struct HostStore;
+
+impl Store for HostStore {
+    fn now(&self) -> Result<Millis, StoreError> {
+        host::now()
+    }
+    fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        host::get(partition, key)
+    }
+    fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        host::list(partition, prefix)
+    }
+    fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        host::put(partition, key, value, ttl_ms, condition)
+    }
+    fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        host::delete(partition, key, condition)
+    }
+    fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        host::touch(partition, key, ttl_ms, condition)
+    }
+    fn changes(&self, partition: &str, after: u64, max: u32) -> Result<ChangesReply, StoreError> {
+        host::changes(partition, after, max)
+    }
+    fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        host::wait(partition, after, timeout_ms)
+    }
+}
+
+/// Owner tokens from the host's `wasi:random`.
+struct HostRandom;
+
+impl Entropy for HostRandom {
+    fn random_16(&self) -> [u8; 16] {
+        let bytes = random::get_random_bytes(16);
+        let mut out = [0u8; 16];
+        // A host that returns fewer bytes than asked leaves zeros, never a trap.
+        for (o, b) in out.iter_mut().zip(bytes) {
+            *o = b;
+        }
+        out
+    }
+}
+
+fn locks() -> Locks<HostStore, HostRandom> {
+    Locks::new(HostStore, HostRandom)
+}
+
+/// The component's exports.
+struct Component;
+
+impl LockGuest for Component {
+    fn acquire(
+        id: String,
+        resource: String,
+        options: AcquireOptions,
+    ) -> Result<AcquireOutcome, Error> {
+        locks().acquire(&id, &resource, options)
+    }
+    fn release(lock: HeldLock) -> Result<bool, Error> {
+        locks().release(&lock)
+    }
+    fn extend(lock: HeldLock, ttl_ms: Option<u64>) -> Result<ExtendOutcome, Error> {
+        locks().extend(&lock, ttl_ms)
+    }
+    fn inspect(id: String, resource: String) -> Result<Option<Holder>, Error> {
+        locks().inspect(&id, &resource)
+    }
+    fn force_release(id: String, resource: String) -> Result<bool, Error> {
+        locks().force_release(&id, &resource)
+    }
+}
+
+crate::bindings::export!(Component with_types_in crate::bindings);

@@ -1,0 +1,198 @@
+//! The in-memory backend: one map of partitions shared by every instance.
+//!
+//! Every component instance that uses a [`MemoryBackend`] must share the
+//! same one (it is meant to live in an `Arc`), or locks between instances
+//! would mean nothing. The store semantics are those of
+//! [`coord_component::memory::Partition`]; this module adds the shared map,
+//! the clock and waiting: each partition has a watch channel that every
+//! mutation bumps, and a waiter also sleeps on the clock until the
+//! partition's next expiry, so expiry wakes it with no one else writing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use coord_component::memory::{DEFAULT_HISTORY, Partition};
+use tokio::sync::watch;
+
+use super::*;
+use crate::clock::{Clock, SystemClock};
+
+/// A partition and the channel that tells waiters it changed.
+struct Slot {
+    partition: Partition,
+    mutations: watch::Sender<u64>,
+}
+
+/// The in-memory store, shared by every instance that holds it.
+pub struct MemoryBackend {
+    clock: Arc<dyn Clock>,
+    history: usize,
+    partitions: Mutex<HashMap<String, Slot>>,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        MemoryBackend::new(Arc::new(SystemClock))
+    }
+}
+
+impl MemoryBackend {
+    /// A store on `clock`, keeping the default history per partition.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryBackend::with_history(clock, DEFAULT_HISTORY)
+    }
+
+    /// A store on `clock` whose change feeds keep `history` changes per partition.
+    pub fn with_history(clock: Arc<dyn Clock>, history: usize) -> Self {
+        MemoryBackend {
+            clock,
+            history,
+            partitions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How many `wait` calls are blocked on `partition` right now. Lets a
+    /// test know a waiter is asleep before it acts, instead of hoping.
+    pub fn waiters(&self, partition: &str) -> usize {
+        self.partitions.lock().map_or(0, |p| {
+            p.get(partition)
+                .map_or(0, |slot| slot.mutations.receiver_count())
+        })
+    }
+
+    /// Run `f` on the partition's slot under the map's lock, at the clock's
+    /// now, after recording due expiries; wake the partition's waiters if
+    /// anything changed. Returns `f`'s result and `now`.
+    fn with_slot<T>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut Slot, u64) -> T,
+    ) -> Result<(T, u64), StoreError> {
+        let mut partitions = self.partitions.lock().map_err(|_| {
+            StoreError::Unavailable("the in-memory store's lock is poisoned".into())
+        })?;
+        let slot = partitions.entry(name.to_string()).or_insert_with(|| Slot {
+            partition: Partition::new(self.history),
+            mutations: watch::Sender::new(0),
+        });
+        let now = self.clock.now_ms();
+        let before = (slot.partition.revision(), slot.partition.next_expiry());
+        slot.partition.sweep(now);
+        let result = f(slot, now);
+        if before != (slot.partition.revision(), slot.partition.next_expiry()) {
+            slot.mutations.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        Ok((result, now))
+    }
+
+    /// [`MemoryBackend::with_slot`] for the partition alone.
+    fn with<T>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut Partition, u64) -> T,
+    ) -> Result<(T, u64), StoreError> {
+        self.with_slot(name, |slot, now| f(&mut slot.partition, now))
+    }
+
+    fn write(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut Partition, u64) -> Outcome,
+    ) -> Result<WriteReply, StoreError> {
+        let (outcome, now) = self.with(name, f)?;
+        Ok(WriteReply { outcome, now })
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    async fn now(&self) -> Result<Millis, StoreError> {
+        Ok(self.clock.now_ms())
+    }
+
+    async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        let (entry, now) = self.with(partition, |p, now| p.get(key, now))?;
+        Ok(ReadReply { entry, now })
+    }
+
+    async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        let ((entries, revision), now) =
+            self.with(partition, |p, now| (p.list(prefix, now), p.revision()))?;
+        Ok(ListReply {
+            entries,
+            revision,
+            now,
+        })
+    }
+
+    async fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.write(partition, |p, now| {
+            p.put(key, value, ttl_ms, condition, now)
+        })
+    }
+
+    async fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.write(partition, |p, now| p.delete(key, condition, now))
+    }
+
+    async fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.write(partition, |p, now| p.touch(key, ttl_ms, condition, now))
+    }
+
+    async fn changes(
+        &self,
+        partition: &str,
+        after: u64,
+        max: u32,
+    ) -> Result<ChangesReply, StoreError> {
+        let ((changes, revision), now) = self.with(partition, |p, now| {
+            (p.changes(after, max, now), p.revision())
+        })?;
+        Ok(ChangesReply {
+            changes: changes?,
+            revision,
+            now,
+        })
+    }
+
+    async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        let deadline = self.clock.now_ms().saturating_add(timeout_ms);
+        loop {
+            // Subscribe under the map's lock, with the revision read, so a
+            // mutation between the check and the sleep still wakes us.
+            let ((revision, next_expiry, mut mutations), now) =
+                self.with_slot(partition, |slot, _| {
+                    let p = &slot.partition;
+                    (p.revision(), p.next_expiry(), slot.mutations.subscribe())
+                })?;
+            if revision > after || now >= deadline {
+                return Ok(revision);
+            }
+            // Wake at the next expiry too: it is a change nobody else will write.
+            let wake = next_expiry.map_or(deadline, |at| at.min(deadline));
+            tokio::select! {
+                _ = mutations.changed() => {}
+                _ = self.clock.sleep_until(wake) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The seam between the component's `coord:sync/store` import and the
+//! places data actually lives.
+//!
+//! [`Backend`] is the one trait every store backend implements; the WIT
+//! `Host` traits are implemented once, on top of it, in `crate::host`.
+//! It speaks the component crate's store types, so a backend can be driven
+//! directly (natively, with no wasm in between) by tests and benchmarks.
+//! The guarantees every method must keep are in `wit/store.wit`; the
+//! conformance suite in `tests/conformance.rs` checks them for each backend.
+
+pub mod memory;
+
+use async_trait::async_trait;
+pub use coord_component::store::{
+    Change, ChangeKind, ChangesReply, Condition, Entry, Guard, ListReply, Millis, Outcome,
+    ReadReply, StoreError, WriteReply,
+};
+
+/// A revisioned, partitioned key-value store with TTLs (`coord:sync/store`).
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// The store's clock, in milliseconds.
+    async fn now(&self) -> Result<Millis, StoreError>;
+    /// Read one key.
+    async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError>;
+    /// List live entries by key prefix, with the partition's revision.
+    async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError>;
+    /// Write if `condition` holds.
+    async fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError>;
+    /// Remove if `condition` holds.
+    async fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError>;
+    /// Renew a live entry's TTL if `condition` holds.
+    async fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError>;
+    /// Read the change feed after a revision.
+    async fn changes(
+        &self,
+        partition: &str,
+        after: u64,
+        max: u32,
+    ) -> Result<ChangesReply, StoreError>;
+    /// Block until the partition's revision exceeds `after` or the timeout passes.
+    async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError>;
+}

@@ -1,0 +1,235 @@
+//! The component's imports, implemented once on top of [`Backend`].
+//!
+//! Each `coord:sync/store` call is counted (per instance, for tests and
+//! benchmarks that assert store calls per operation), converted from the
+//! wasmtime-generated types to the component crate's store types, and
+//! handed to the backend.
+
+use std::sync::Arc;
+
+use crate::backend::{self as b, Backend};
+use crate::bindings::coord::sync::store as wit;
+use crate::bindings::wasi::random::random;
+
+/// What each component instance's wasmtime `Store` holds.
+pub struct HostState {
+    backend: Arc<dyn Backend>,
+    store_calls: u64,
+}
+
+impl HostState {
+    /// State for one instance over `backend`.
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        HostState {
+            backend,
+            store_calls: 0,
+        }
+    }
+
+    /// How many `coord:sync/store` calls this instance has made.
+    pub fn store_calls(&self) -> u64 {
+        self.store_calls
+    }
+
+    fn backend(&mut self) -> Arc<dyn Backend> {
+        self.store_calls += 1;
+        self.backend.clone()
+    }
+}
+
+impl wit::Host for HostState {
+    async fn now(&mut self) -> Result<wit::Millis, wit::Error> {
+        Ok(self.backend().now().await?)
+    }
+
+    async fn get(&mut self, partition: String, key: String) -> Result<wit::ReadReply, wit::Error> {
+        Ok(self.backend().get(&partition, &key).await?.into())
+    }
+
+    async fn list(
+        &mut self,
+        partition: String,
+        prefix: String,
+    ) -> Result<wit::ListReply, wit::Error> {
+        Ok(self.backend().list(&partition, &prefix).await?.into())
+    }
+
+    async fn put(
+        &mut self,
+        partition: String,
+        key: String,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+        condition: wit::Condition,
+    ) -> Result<wit::WriteReply, wit::Error> {
+        let condition = condition.into();
+        Ok(self
+            .backend()
+            .put(&partition, &key, &value, ttl_ms, &condition)
+            .await?
+            .into())
+    }
+
+    async fn delete(
+        &mut self,
+        partition: String,
+        key: String,
+        condition: wit::Condition,
+    ) -> Result<wit::WriteReply, wit::Error> {
+        let condition = condition.into();
+        Ok(self
+            .backend()
+            .delete(&partition, &key, &condition)
+            .await?
+            .into())
+    }
+
+    async fn touch(
+        &mut self,
+        partition: String,
+        key: String,
+        ttl_ms: u64,
+        condition: wit::Condition,
+    ) -> Result<wit::WriteReply, wit::Error> {
+        let condition = condition.into();
+        Ok(self
+            .backend()
+            .touch(&partition, &key, ttl_ms, &condition)
+            .await?
+            .into())
+    }
+
+    async fn changes(
+        &mut self,
+        partition: String,
+        after: u64,
+        max: u32,
+    ) -> Result<wit::ChangesReply, wit::Error> {
+        Ok(self.backend().changes(&partition, after, max).await?.into())
+    }
+
+    async fn wait(
+        &mut self,
+        partition: String,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<u64, wit::Error> {
+        Ok(self.backend().wait(&partition, after, timeout_ms).await?)
+    }
+}
+
+impl random::Host for HostState {
+    async fn get_random_bytes(&mut self, len: u64) -> Vec<u8> {
+        // Owner tokens ask for 16; cap what a caller can make the host allocate.
+        let mut bytes = vec![0u8; usize::try_from(len.min(1 << 16)).unwrap_or(0)];
+        fill_random(&mut bytes);
+        bytes
+    }
+
+    async fn get_random_u64(&mut self) -> u64 {
+        let mut bytes = [0u8; 8];
+        fill_random(&mut bytes);
+        u64::from_le_bytes(bytes)
+    }
+}
+
+fn fill_random(bytes: &mut [u8]) {
+    // The OS source failing is not something a caller can cause or fix.
+    getrandom::fill(bytes).expect("the operating system's random source failed");
+}
+
+// Conversions between the two generated type families: wasmtime's (host side)
+// and wit-bindgen's (the component crate, which backends speak).
+
+impl From<b::StoreError> for wit::Error {
+    fn from(e: b::StoreError) -> Self {
+        match e {
+            b::StoreError::Unavailable(why) => wit::Error::Unavailable(why),
+            b::StoreError::HistoryGone(rev) => wit::Error::HistoryGone(rev),
+            b::StoreError::Invalid(why) => wit::Error::Invalid(why),
+        }
+    }
+}
+
+impl From<wit::Condition> for b::Condition {
+    fn from(c: wit::Condition) -> Self {
+        match c {
+            wit::Condition::Always => b::Condition::Always,
+            wit::Condition::Absent => b::Condition::Absent,
+            wit::Condition::Revision(rev) => b::Condition::Revision(rev),
+            wit::Condition::RevisionAndValue(g) => b::Condition::RevisionAndValue(b::Guard {
+                revision: g.revision,
+                value: g.value,
+            }),
+        }
+    }
+}
+
+impl From<b::Entry> for wit::Entry {
+    fn from(e: b::Entry) -> Self {
+        wit::Entry {
+            key: e.key,
+            value: e.value,
+            revision: e.revision,
+            updated_at: e.updated_at,
+            expires_at: e.expires_at,
+        }
+    }
+}
+
+impl From<b::WriteReply> for wit::WriteReply {
+    fn from(r: b::WriteReply) -> Self {
+        let outcome = match r.outcome {
+            b::Outcome::Applied(e) => wit::Outcome::Applied(e.into()),
+            b::Outcome::Conflict(e) => wit::Outcome::Conflict(e.map(Into::into)),
+        };
+        wit::WriteReply {
+            outcome,
+            now: r.now,
+        }
+    }
+}
+
+impl From<b::ReadReply> for wit::ReadReply {
+    fn from(r: b::ReadReply) -> Self {
+        wit::ReadReply {
+            entry: r.entry.map(Into::into),
+            now: r.now,
+        }
+    }
+}
+
+impl From<b::ListReply> for wit::ListReply {
+    fn from(r: b::ListReply) -> Self {
+        wit::ListReply {
+            entries: r.entries.into_iter().map(Into::into).collect(),
+            revision: r.revision,
+            now: r.now,
+        }
+    }
+}
+
+impl From<b::ChangesReply> for wit::ChangesReply {
+    fn from(r: b::ChangesReply) -> Self {
+        let changes = r
+            .changes
+            .into_iter()
+            .map(|c| wit::Change {
+                kind: match c.kind {
+                    b::ChangeKind::Put => wit::ChangeKind::Put,
+                    b::ChangeKind::Delete => wit::ChangeKind::Delete,
+                    b::ChangeKind::Expire => wit::ChangeKind::Expire,
+                },
+                key: c.key,
+                value: c.value,
+                revision: c.revision,
+                at: c.at,
+            })
+            .collect();
+        wit::ChangesReply {
+            changes,
+            revision: r.revision,
+            now: r.now,
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The wasmtime host for coord.
+//!
+//! coord's coordination logic lives in one WebAssembly component
+//! ([`COMPONENT`], built from `component/` by this crate's build script). The
+//! component imports one capability, `coord:sync/store`, and this crate
+//! supplies it from a [`backend::Backend`]: [`backend::memory::MemoryBackend`]
+//! (one process, any number of instances) today, Redis next.
+//!
+//! [`Runtime`] compiles the component once and pre-links it
+//! (`InstancePre`, pooling allocator), so an [`Instance`] per request is
+//! cheap; each instance is its own wasmtime `Store`, and all instances of a
+//! runtime share its backend.
+//!
+//! ```no_run
+//! # async fn demo() -> wasmtime::Result<()> {
+//! use std::sync::Arc;
+//! use coord_host::{Runtime, backend::memory::MemoryBackend, lock::*};
+//!
+//! let runtime = Runtime::new(Arc::new(MemoryBackend::default()))?;
+//! let mut instance = runtime.instantiate().await?;
+//! let options = AcquireOptions { ttl_ms: Some(10_000), wait: Some(WaitPolicy::NoWait) };
+//! match instance.acquire("inventory.stock", "item:42", options).await?? {
+//!     AcquireOutcome::Acquired(lock) => {
+//!         // ... write, presenting lock.fence at the write boundary ...
+//!         instance.release(&lock).await??;
+//!     }
+//!     AcquireOutcome::Busy(holder) => println!("busy for {} ms more", holder.remaining_ms),
+//! }
+//! # Ok(()) }
+//! ```
+
+pub mod backend;
+mod bindings;
+pub mod clock;
+mod host;
+
+use std::sync::Arc;
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::error::Context as _;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+
+use backend::Backend;
+pub use host::HostState;
+
+/// The lock interface's types, as the host sees them (`coord:sync/lock`).
+pub mod lock {
+    pub use crate::bindings::exports::coord::sync::lock::{
+        AcquireOptions, AcquireOutcome, Error, ExtendOutcome, HeldLock, Holder, InvalidArgument,
+        Retry, WaitPolicy,
+    };
+}
+
+/// The coord component (`coord.wasm`), built from `component/`.
+pub const COMPONENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/coord.wasm"));
+
+/// How many component instances may be alive at once in one [`Runtime`].
+pub const MAX_INSTANCES: u32 = 1000;
+
+/// A compiled, pre-linked coord component over one store backend.
+pub struct Runtime {
+    engine: Engine,
+    pre: bindings::CoordinatorPre<HostState>,
+    backend: Arc<dyn Backend>,
+}
+
+impl Runtime {
+    /// The built-in component over `backend`.
+    pub fn new(backend: Arc<dyn Backend>) -> wasmtime::Result<Self> {
+        Runtime::with_component(COMPONENT, backend)
+    }
+
+    /// A component given as bytes (a `.wasm` component, or one precompiled by
+    /// this engine's configuration) over `backend`.
+    pub fn with_component(bytes: &[u8], backend: Arc<dyn Backend>) -> wasmtime::Result<Self> {
+        let engine = Engine::new(&engine_config())?;
+        let component = Component::new(&engine, bytes).context("loading the coord component")?;
+        let mut linker = Linker::new(&engine);
+        bindings::Coordinator::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        let pre = bindings::CoordinatorPre::new(linker.instantiate_pre(&component)?)?;
+        Ok(Runtime {
+            engine,
+            pre,
+            backend,
+        })
+    }
+
+    /// The wasmtime engine the component was compiled with.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The backend every instance of this runtime shares.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// A fresh component instance in a wasmtime `Store` of its own.
+    pub async fn instantiate(&self) -> wasmtime::Result<Instance> {
+        let mut store = Store::new(&self.engine, HostState::new(self.backend.clone()));
+        let coordinator = self.pre.instantiate_async(&mut store).await?;
+        Ok(Instance { store, coordinator })
+    }
+}
+
+/// The engine configuration every runtime uses: the pooling allocator, for
+/// cheap instantiation. (Async host calls need no setting in wasmtime 48.)
+pub fn engine_config() -> Config {
+    let mut pooling = PoolingAllocationConfig::default();
+    pooling
+        .total_component_instances(MAX_INSTANCES)
+        .total_core_instances(MAX_INSTANCES)
+        .total_memories(MAX_INSTANCES)
+        .total_tables(MAX_INSTANCES)
+        .max_memory_size(64 << 20);
+    let mut config = Config::new();
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+    config
+}
+
+/// One coord component instance. The outer `Result` of each call is a trap
+/// (a bug in the component or host, never caller input); the inner one is
+/// the WIT `result`.
+pub struct Instance {
+    store: Store<HostState>,
+    coordinator: bindings::Coordinator,
+}
+
+/// What a lock call returns: a trap, or the interface's own result.
+pub type LockResult<T> = wasmtime::Result<Result<T, lock::Error>>;
+
+impl Instance {
+    /// How many store calls this instance has made so far.
+    pub fn store_calls(&self) -> u64 {
+        self.store.data().store_calls()
+    }
+
+    /// `coord:sync/lock.acquire`.
+    pub async fn acquire(
+        &mut self,
+        id: &str,
+        resource: &str,
+        options: lock::AcquireOptions,
+    ) -> LockResult<lock::AcquireOutcome> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_acquire(&mut self.store, id, resource, options)
+            .await
+    }
+
+    /// `coord:sync/lock.release`.
+    pub async fn release(&mut self, held: &lock::HeldLock) -> LockResult<bool> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_release(&mut self.store, held).await
+    }
+
+    /// `coord:sync/lock.extend`.
+    pub async fn extend(
+        &mut self,
+        held: &lock::HeldLock,
+        ttl_ms: Option<u64>,
+    ) -> LockResult<lock::ExtendOutcome> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_extend(&mut self.store, held, ttl_ms).await
+    }
+
+    /// `coord:sync/lock.inspect`.
+    pub async fn inspect(&mut self, id: &str, resource: &str) -> LockResult<Option<lock::Holder>> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_inspect(&mut self.store, id, resource).await
+    }
+
+    /// `coord:sync/lock.force-release`.
+    pub async fn force_release(&mut self, id: &str, resource: &str) -> LockResult<bool> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_force_release(&mut self.store, id, resource).await
+    }
+}

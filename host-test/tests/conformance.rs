@@ -1,0 +1,402 @@
+//! The store conformance suite: every `coord:sync/store` operation and the
+//! guarantee `wit/store.wit` states for it, run against every backend.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+mod common;
+
+use common::{Harness, T0, settle};
+use coord_host::backend::*;
+
+/// Changes each partition's feed keeps in this suite (small, to test trimming).
+const HISTORY: usize = 8;
+
+per_backend!(
+    now_is_the_stores_clock,
+    create_if_absent_is_exclusive_and_conflicts_report_the_holder,
+    revisions_strictly_increase_across_every_kind_of_write,
+    update_and_delete_are_conditional_on_revision_and_value,
+    delete_and_touch_of_an_absent_key_conflict_with_none,
+    touch_renews_the_ttl_without_a_revision_or_a_change,
+    expired_entries_are_invisible_and_free_their_key,
+    expiry_appears_in_the_feed_even_when_nobody_was_reading,
+    list_filters_by_prefix_in_key_order_with_the_revision,
+    changes_continue_a_listing_with_no_gap_and_no_repeat,
+    changes_report_history_gone_once_trimmed,
+    partitions_are_independent,
+    wait_returns_at_once_when_already_changed,
+    wait_is_woken_by_a_write,
+    wait_times_out_on_the_stores_clock,
+    wait_is_woken_by_an_expiry,
+);
+
+fn applied(reply: WriteReply) -> Entry {
+    match reply.outcome {
+        Outcome::Applied(entry) => entry,
+        Outcome::Conflict(current) => panic!("expected applied, got conflict {current:?}"),
+    }
+}
+
+fn conflict(reply: WriteReply) -> Option<Entry> {
+    match reply.outcome {
+        Outcome::Conflict(current) => current,
+        Outcome::Applied(entry) => panic!("expected conflict, got applied {entry:?}"),
+    }
+}
+
+async fn put(h: &Harness, p: &str, k: &str, v: &str, ttl: Option<u64>, c: Condition) -> WriteReply {
+    h.backend.put(p, k, v.as_bytes(), ttl, &c).await.unwrap()
+}
+
+async fn now_is_the_stores_clock(h: Harness) {
+    assert_eq!(h.backend.now().await.unwrap(), T0);
+    h.advance(1234);
+    assert_eq!(h.backend.now().await.unwrap(), T0 + 1234);
+    let reply = put(&h, "p", "k", "v", None, Condition::Always).await;
+    assert_eq!(reply.now, T0 + 1234);
+    assert_eq!(applied(reply).updated_at, T0 + 1234);
+}
+
+async fn create_if_absent_is_exclusive_and_conflicts_report_the_holder(h: Harness) {
+    let first = applied(put(&h, "p", "k", "a", Some(1000), Condition::Absent).await);
+    assert_eq!(first.value, b"a");
+    assert_eq!(first.expires_at, Some(T0 + 1000));
+    let current = conflict(put(&h, "p", "k", "b", Some(1000), Condition::Absent).await);
+    assert_eq!(
+        current,
+        Some(first.clone()),
+        "the conflict carries the current entry"
+    );
+    let read = h.backend.get("p", "k").await.unwrap();
+    assert_eq!(read.entry, Some(first));
+    assert_eq!(read.now, T0);
+}
+
+async fn revisions_strictly_increase_across_every_kind_of_write(h: Harness) {
+    let mut revisions = Vec::new();
+    revisions.push(applied(put(&h, "p", "a", "1", None, Condition::Always).await).revision);
+    revisions.push(applied(put(&h, "p", "a", "2", None, Condition::Always).await).revision);
+    revisions.push(applied(put(&h, "p", "b", "1", Some(10), Condition::Always).await).revision);
+    h.backend
+        .delete("p", "a", &Condition::Always)
+        .await
+        .unwrap();
+    h.advance(10); // b expires
+    revisions.push(applied(put(&h, "p", "a", "3", None, Condition::Absent).await).revision);
+    let feed = h.backend.changes("p", 0, 100).await.unwrap();
+    let kinds: Vec<_> = feed
+        .changes
+        .iter()
+        .map(|c| (c.kind, c.key.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (ChangeKind::Put, "a"),
+            (ChangeKind::Put, "a"),
+            (ChangeKind::Put, "b"),
+            (ChangeKind::Delete, "a"),
+            (ChangeKind::Expire, "b"),
+            (ChangeKind::Put, "a"),
+        ]
+    );
+    let feed_revisions: Vec<u64> = feed.changes.iter().map(|c| c.revision).collect();
+    assert!(
+        feed_revisions.windows(2).all(|w| w[0] < w[1]),
+        "{feed_revisions:?}"
+    );
+    assert!(revisions.iter().all(|r| feed_revisions.contains(r)));
+    assert_eq!(feed.revision, *feed_revisions.last().unwrap());
+}
+
+async fn update_and_delete_are_conditional_on_revision_and_value(h: Harness) {
+    let e = applied(put(&h, "p", "k", "owner-1", None, Condition::Always).await);
+    // Wrong revision: conflict with the current entry, nothing written.
+    let stale = Condition::Revision(e.revision + 1);
+    assert_eq!(
+        conflict(put(&h, "p", "k", "x", None, stale.clone()).await),
+        Some(e.clone())
+    );
+    assert_eq!(
+        conflict(h.backend.delete("p", "k", &stale).await.unwrap()),
+        Some(e.clone())
+    );
+    // Right revision, wrong value.
+    let wrong_owner = Condition::RevisionAndValue(Guard {
+        revision: e.revision,
+        value: b"owner-2".to_vec(),
+    });
+    assert_eq!(
+        conflict(h.backend.delete("p", "k", &wrong_owner).await.unwrap()),
+        Some(e.clone())
+    );
+    // Right revision: the update applies and gets a new revision.
+    let e2 = applied(
+        put(
+            &h,
+            "p",
+            "k",
+            "owner-1",
+            None,
+            Condition::Revision(e.revision),
+        )
+        .await,
+    );
+    assert!(e2.revision > e.revision);
+    // Right revision and value: the delete applies and returns what it removed.
+    let owner = Condition::RevisionAndValue(Guard {
+        revision: e2.revision,
+        value: b"owner-1".to_vec(),
+    });
+    assert_eq!(
+        applied(h.backend.delete("p", "k", &owner).await.unwrap()),
+        e2
+    );
+    assert_eq!(h.backend.get("p", "k").await.unwrap().entry, None);
+}
+
+async fn delete_and_touch_of_an_absent_key_conflict_with_none(h: Harness) {
+    assert_eq!(
+        conflict(
+            h.backend
+                .delete("p", "k", &Condition::Always)
+                .await
+                .unwrap()
+        ),
+        None
+    );
+    assert_eq!(
+        conflict(
+            h.backend
+                .touch("p", "k", 100, &Condition::Always)
+                .await
+                .unwrap()
+        ),
+        None
+    );
+    assert_eq!(
+        conflict(put(&h, "p", "k", "v", None, Condition::Revision(1)).await),
+        None
+    );
+    assert_eq!(
+        h.backend.changes("p", 0, 10).await.unwrap().changes,
+        vec![],
+        "nothing was written"
+    );
+}
+
+async fn touch_renews_the_ttl_without_a_revision_or_a_change(h: Harness) {
+    let e = applied(put(&h, "p", "k", "v", Some(1000), Condition::Absent).await);
+    h.advance(900);
+    let touched = applied(
+        h.backend
+            .touch("p", "k", 1000, &Condition::Revision(e.revision))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(touched.revision, e.revision);
+    assert_eq!(touched.value, e.value);
+    assert_eq!(touched.expires_at, Some(T0 + 1900));
+    assert_eq!(
+        h.backend
+            .changes("p", e.revision, 10)
+            .await
+            .unwrap()
+            .changes,
+        vec![]
+    );
+    h.advance(900); // past the first TTL, within the renewed one
+    assert_eq!(h.backend.get("p", "k").await.unwrap().entry, Some(touched));
+    let wrong = Condition::RevisionAndValue(Guard {
+        revision: e.revision,
+        value: b"other".to_vec(),
+    });
+    assert!(conflict(h.backend.touch("p", "k", 5000, &wrong).await.unwrap()).is_some());
+}
+
+async fn expired_entries_are_invisible_and_free_their_key(h: Harness) {
+    let e = applied(put(&h, "p", "k", "v", Some(100), Condition::Absent).await);
+    h.advance(99);
+    assert!(h.backend.get("p", "k").await.unwrap().entry.is_some());
+    h.advance(1);
+    assert_eq!(h.backend.get("p", "k").await.unwrap().entry, None);
+    assert_eq!(h.backend.list("p", "").await.unwrap().entries, vec![]);
+    assert_eq!(
+        conflict(
+            h.backend
+                .touch("p", "k", 100, &Condition::Always)
+                .await
+                .unwrap()
+        ),
+        None
+    );
+    assert_eq!(
+        conflict(put(&h, "p", "k", "w", None, Condition::Revision(e.revision)).await),
+        None
+    );
+    let again = applied(put(&h, "p", "k", "w", Some(100), Condition::Absent).await);
+    assert!(again.revision > e.revision);
+}
+
+async fn expiry_appears_in_the_feed_even_when_nobody_was_reading(h: Harness) {
+    let a = applied(put(&h, "p", "a", "v", Some(100), Condition::Absent).await);
+    applied(put(&h, "p", "b", "v", Some(50), Condition::Absent).await);
+    h.advance(500); // both expire with nobody looking
+    let feed = h.backend.changes("p", a.revision, 10).await.unwrap();
+    let expiries: Vec<_> = feed
+        .changes
+        .iter()
+        .map(|c| (c.kind, c.key.as_str(), c.at))
+        .collect();
+    assert_eq!(
+        expiries,
+        [
+            (ChangeKind::Put, "b", T0),
+            (ChangeKind::Expire, "b", T0 + 50),
+            (ChangeKind::Expire, "a", T0 + 100),
+        ],
+        "each expiry is recorded, in the order the TTLs ran out, with its time"
+    );
+}
+
+async fn list_filters_by_prefix_in_key_order_with_the_revision(h: Harness) {
+    for key in ["user/2", "user/1", "users", "team/1"] {
+        put(&h, "p", key, key, None, Condition::Always).await;
+    }
+    let listing = h.backend.list("p", "user/").await.unwrap();
+    let keys: Vec<_> = listing.entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["user/1", "user/2"]);
+    assert_eq!(listing.now, T0);
+    let all = h.backend.list("p", "").await.unwrap();
+    assert_eq!(all.entries.len(), 4);
+    assert_eq!(
+        all.revision,
+        all.entries.iter().map(|e| e.revision).max().unwrap()
+    );
+    let empty = h.backend.list("nobody-wrote-here", "").await.unwrap();
+    assert_eq!(empty.entries, vec![]);
+}
+
+async fn changes_continue_a_listing_with_no_gap_and_no_repeat(h: Harness) {
+    put(&h, "p", "a", "1", None, Condition::Always).await;
+    let listing = h.backend.list("p", "").await.unwrap();
+    put(&h, "p", "b", "1", None, Condition::Always).await;
+    put(&h, "p", "a", "2", None, Condition::Always).await;
+    let page = h.backend.changes("p", listing.revision, 1).await.unwrap();
+    assert_eq!(page.changes.len(), 1, "max is respected");
+    assert_eq!(
+        (
+            page.changes[0].key.as_str(),
+            page.changes[0].value.as_slice()
+        ),
+        ("b", &b"1"[..])
+    );
+    let rest = h
+        .backend
+        .changes("p", page.changes[0].revision, 10)
+        .await
+        .unwrap();
+    assert_eq!(rest.changes.len(), 1);
+    assert_eq!(
+        (
+            rest.changes[0].key.as_str(),
+            rest.changes[0].value.as_slice()
+        ),
+        ("a", &b"2"[..])
+    );
+    let none = h
+        .backend
+        .changes("p", rest.changes[0].revision, 10)
+        .await
+        .unwrap();
+    assert_eq!(none.changes, vec![]);
+    assert_eq!(none.revision, rest.changes[0].revision);
+}
+
+async fn changes_report_history_gone_once_trimmed(h: Harness) {
+    let first = applied(put(&h, "p", "k", "0", None, Condition::Always).await);
+    for i in 1..=HISTORY {
+        put(&h, "p", "k", &i.to_string(), None, Condition::Always).await;
+    }
+    // HISTORY + 1 changes were made; the feed keeps HISTORY, so the first is gone.
+    match h.backend.changes("p", first.revision - 1, 100).await {
+        Err(StoreError::HistoryGone(complete_after)) => assert!(complete_after >= first.revision),
+        other => panic!("expected history-gone, got {other:?}"),
+    }
+    let kept = h.backend.changes("p", first.revision, 100).await.unwrap();
+    assert_eq!(kept.changes.len(), HISTORY);
+}
+
+async fn partitions_are_independent(h: Harness) {
+    applied(put(&h, "p1", "k", "one", None, Condition::Absent).await);
+    applied(put(&h, "p2", "k", "two", None, Condition::Absent).await);
+    assert_eq!(
+        h.backend.get("p1", "k").await.unwrap().entry.unwrap().value,
+        b"one"
+    );
+    assert_eq!(
+        h.backend.get("p2", "k").await.unwrap().entry.unwrap().value,
+        b"two"
+    );
+    h.backend
+        .delete("p1", "k", &Condition::Always)
+        .await
+        .unwrap();
+    assert!(h.backend.get("p2", "k").await.unwrap().entry.is_some());
+    assert_eq!(
+        h.backend.changes("p2", 0, 10).await.unwrap().changes.len(),
+        1
+    );
+}
+
+async fn wait_returns_at_once_when_already_changed(h: Harness) {
+    let e = applied(put(&h, "p", "k", "v", None, Condition::Always).await);
+    // The clock never moves: only an already-changed partition can return.
+    assert_eq!(
+        h.backend.wait("p", e.revision - 1, 60_000).await.unwrap(),
+        e.revision
+    );
+    assert_eq!(
+        h.backend.wait("p", e.revision, 0).await.unwrap(),
+        e.revision
+    );
+}
+
+async fn wait_is_woken_by_a_write(h: Harness) {
+    let e = applied(put(&h, "p", "k", "v", None, Condition::Always).await);
+    let backend = h.backend.clone();
+    let waiter = tokio::spawn(async move { backend.wait("p", e.revision, 60_000).await });
+    h.until_waiting("p", 1).await;
+    let e2 = applied(put(&h, "p", "k", "w", None, Condition::Always).await);
+    // The clock never moved, so only the write can have woken the waiter.
+    assert_eq!(waiter.await.unwrap().unwrap(), e2.revision);
+}
+
+async fn wait_times_out_on_the_stores_clock(h: Harness) {
+    let e = applied(put(&h, "p", "k", "v", None, Condition::Always).await);
+    let backend = h.backend.clone();
+    let waiter = tokio::spawn(async move { backend.wait("p", e.revision, 1000).await });
+    h.until_waiting("p", 1).await;
+    h.advance(999);
+    settle().await;
+    assert!(!waiter.is_finished(), "woke before its timeout");
+    h.advance(1);
+    assert_eq!(
+        waiter.await.unwrap().unwrap(),
+        e.revision,
+        "timed out with no change"
+    );
+}
+
+async fn wait_is_woken_by_an_expiry(h: Harness) {
+    let e = applied(put(&h, "p", "k", "v", Some(500), Condition::Absent).await);
+    let backend = h.backend.clone();
+    let waiter = tokio::spawn(async move { backend.wait("p", e.revision, 60_000).await });
+    h.until_waiting("p", 1).await;
+    h.advance(500); // nobody writes: the expiry itself must wake the waiter
+    let revision = waiter.await.unwrap().unwrap();
+    assert!(revision > e.revision);
+    let feed = h.backend.changes("p", e.revision, 10).await.unwrap();
+    assert_eq!(feed.changes[0].kind, ChangeKind::Expire);
+    assert_eq!(feed.changes[0].revision, revision);
+}
