@@ -142,10 +142,12 @@ impl Partition {
     }
 
     /// At most `max` changes with a revision greater than `after`, or
-    /// `history-gone` when the feed no longer reaches back that far.
+    /// `history-gone` when the feed no longer reaches back that far (or
+    /// `after` is a revision this partition never reached).
     pub fn changes(&mut self, after: u64, max: u32, now: u64) -> Result<Vec<Change>, StoreError> {
         self.sweep(now);
-        if after < self.complete_after {
+        // A revision this partition never reached means the store lost data.
+        if after < self.complete_after || after > self.revision {
             return Err(StoreError::HistoryGone(self.complete_after));
         }
         Ok(self

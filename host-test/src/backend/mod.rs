@@ -9,6 +9,7 @@
 //! conformance suite in `tests/conformance.rs` checks them for each backend.
 
 pub mod memory;
+pub mod redis;
 
 use async_trait::async_trait;
 pub use coord_component::store::{

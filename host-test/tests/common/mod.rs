@@ -10,7 +10,11 @@ use std::time::Duration;
 
 use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
+use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::clock::ManualClock;
+
+mod redis_server;
+pub use redis_server::{RedisServer, redis_url};
 
 /// Where the manual clocks start: an ordinary Unix time in milliseconds.
 pub const T0: u64 = 1_750_000_000_000;
@@ -21,6 +25,8 @@ pub struct Harness {
     pub backend: Arc<dyn Backend>,
     clock: Arc<ManualClock>,
     waiters: Box<dyn Fn(&str) -> usize + Send + Sync>,
+    /// A Redis server this harness started, stopped when the harness drops.
+    _server: Option<RedisServer>,
 }
 
 impl Harness {
@@ -45,6 +51,40 @@ pub fn memory(history: usize) -> Harness {
         backend: backend.clone(),
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
+        _server: None,
+    }
+}
+
+/// A Redis configuration for one test: its own key prefix (tests share the
+/// server and run in parallel), a short retention, and `clock` if given.
+pub fn redis_config(url: &str, history: usize, clock: Option<Arc<ManualClock>>) -> RedisConfig {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    RedisConfig {
+        prefix: format!("coordtest-{}-{n}", std::process::id()),
+        history,
+        retention_ms: 60_000,
+        test_clock: clock,
+        ..RedisConfig::new(url)
+    }
+}
+
+/// The Redis backend on a real server (see [`redis_url`]), with its "now"
+/// taken from a manual clock so TTL tests move time instead of sleeping.
+pub async fn redis(history: usize) -> Harness {
+    let (url, server) = redis_url().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = redis_config(&url, history, Some(clock.clone()));
+    let backend = Arc::new(
+        RedisBackend::connect(config)
+            .await
+            .expect("connect to Redis"),
+    );
+    Harness {
+        backend: backend.clone(),
+        clock,
+        waiters: Box::new(move |partition| backend.waiters(partition)),
+        _server: server,
     }
 }
 
@@ -72,6 +112,15 @@ macro_rules! per_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     $crate::common::bounded(super::$name($crate::common::memory(super::HISTORY))).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let harness = $crate::common::redis(super::HISTORY).await;
+                    $crate::common::bounded(super::$name(harness)).await
                 }
             )*
         }

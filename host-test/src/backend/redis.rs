@@ -1,0 +1,642 @@
+//! The Redis backend: the store contract on Redis (or Valkey), one round trip
+//! per call, ready for Redis Cluster.
+//!
+//! Every operation is one `EVALSHA` of `redis.lua` (loaded once, reloaded on
+//! `NOSCRIPT`), except `now`, which is one `TIME`. The script keeps each
+//! partition in four keys that share one hash tag — `<prefix>:{p:<partition>}:m`
+//! (meta), `:e` (entries), `:x` (expiry index), `:f` (change feed, a capped
+//! stream) — so it always touches one cluster slot. Time is Redis's own
+//! (`TIME` inside the script); expiries are swept by every script that
+//! touches the partition and recorded in the feed; every key carries a Redis
+//! TTL (the last entry's expiry plus the retention), so an abandoned
+//! partition disappears by itself. (Tests may give a [`ManualClock`] in
+//! [`RedisConfig::test_clock`]; its time then replaces `TIME`.)
+//!
+//! `wait` does not hold a connection per waiter: one RESP3 connection is
+//! subscribed to the channels of the partitions that have waiters here, the
+//! scripts `PUBLISH` each change, and a waiter re-checks the partition at
+//! least every [`RedisConfig::recheck`], so a lost notification delays it by a bounded
+//! time, never forever. `wait` is the one call that may take more than one
+//! round trip: a check per wake-up.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{
+    Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError,
+    ServerErrorKind, Value,
+};
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::*;
+use crate::clock::{Clock, ManualClock};
+
+/// The Lua script that implements every partition operation.
+const SCRIPT: &str = include_str!("redis.lua");
+
+/// The default longest sleep of a waiter between checks, in ms.
+pub const RECHECK_MS: u64 = 500;
+
+/// How to reach Redis and how to lay out coord's data there.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS
+    /// (append `#insecure` to skip certificate verification).
+    pub url: String,
+    /// The first part of every key, so several deployments can share a database.
+    pub prefix: String,
+    /// How many changes each partition's feed keeps.
+    pub history: usize,
+    /// How long a partition's keys outlive its last entry, in ms: the time a
+    /// watcher can resume from an old revision after the partition went quiet.
+    pub retention_ms: u64,
+    /// How long a request may take before it fails as unavailable.
+    pub response_timeout: Duration,
+    /// The longest a waiter sleeps between checks when no notification
+    /// comes: the bound on the delay a lost notification can cause.
+    pub recheck: Duration,
+    /// For tests only: take "now" from this clock instead of Redis's `TIME`,
+    /// so TTL tests move a clock instead of sleeping. Everything else still
+    /// runs in Redis. `None` (the default) is the store's own clock.
+    pub test_clock: Option<Arc<ManualClock>>,
+}
+
+impl RedisConfig {
+    /// The defaults for `url`: prefix `coord`, 1024 changes of history,
+    /// ten minutes of retention, a two-second response timeout, a re-check
+    /// every half second, and Redis's own clock.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            prefix: "coord".into(),
+            history: coord_component::memory::DEFAULT_HISTORY,
+            retention_ms: 600_000,
+            response_timeout: Duration::from_secs(2),
+            recheck: Duration::from_millis(RECHECK_MS),
+            test_clock: None,
+        }
+    }
+}
+
+/// Local waiters on one partition's channel.
+struct Waiting {
+    /// Waiters registered (subscribed or subscribing).
+    count: usize,
+    /// Waiters asleep after a check that found nothing new.
+    sleeping: usize,
+    notify: watch::Sender<u64>,
+}
+
+type Waiters = Arc<Mutex<HashMap<String, Waiting>>>;
+
+/// The store on a Redis server.
+pub struct RedisBackend {
+    conn: ConnectionManager,
+    sha: String,
+    config: RedisConfig,
+    round_trips: AtomicU64,
+    waiters: Waiters,
+    subscriptions: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
+}
+
+fn unavailable(e: RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis: {e}"))
+}
+
+fn malformed(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("redis: malformed reply ({what})"))
+}
+
+impl RedisBackend {
+    /// Connect to the server `config.url` names. Fails as unavailable when it
+    /// cannot be reached now; once connected, lost connections are re-made
+    /// in the background and calls fail as unavailable meanwhile.
+    pub async fn connect(config: RedisConfig) -> Result<Self, StoreError> {
+        let info = config
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(unavailable)?;
+        let push_settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let push_info = info.clone().set_redis_settings(push_settings);
+        let manager_config = || {
+            ConnectionManagerConfig::new()
+                .set_response_timeout(Some(config.response_timeout))
+                .set_connection_timeout(Some(config.response_timeout))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500))
+        };
+        let conn = ConnectionManager::new_with_config(
+            Client::open(info).map_err(unavailable)?,
+            manager_config(),
+        )
+        .await
+        .map_err(unavailable)?;
+
+        let waiters: Waiters = Arc::default();
+        let (push_tx, push_rx) = mpsc::unbounded_channel::<PushInfo>();
+        let push = ConnectionManager::new_with_config(
+            Client::open(push_info).map_err(unavailable)?,
+            manager_config()
+                .set_push_sender(push_tx)
+                .set_automatic_resubscription(),
+        )
+        .await
+        .map_err(unavailable)?;
+        tokio::spawn(dispatch_notifications(push_rx, waiters.clone()));
+        let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+        tokio::spawn(manage_subscriptions(sub_rx, push, waiters.clone()));
+
+        let backend = RedisBackend {
+            conn,
+            sha: sha1_hex(SCRIPT),
+            config: RedisConfig {
+                history: config.history.max(1),
+                ..config
+            },
+            round_trips: AtomicU64::new(0),
+            waiters,
+            subscriptions: sub_tx,
+        };
+        Ok(backend)
+    }
+
+    /// How many requests this backend has sent to Redis.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// How many `wait` calls of this backend are asleep on `partition`,
+    /// having checked it and found nothing new. Lets a test know a waiter is
+    /// blocked before it acts, instead of hoping.
+    pub fn waiters(&self, partition: &str) -> usize {
+        let channel = self.key(partition, "w");
+        self.waiters
+            .lock()
+            .map_or(0, |w| w.get(&channel).map_or(0, |w| w.sleeping))
+    }
+
+    /// The Redis key of one part of a partition. The partition is escaped so
+    /// it holds no `{` or `}`: the hash tag is exactly `p:<partition>`, and
+    /// distinct partitions never share keys.
+    pub fn key(&self, partition: &str, part: &str) -> String {
+        let escaped = partition
+            .replace('%', "%25")
+            .replace('{', "%7B")
+            .replace('}', "%7D");
+        format!("{}:{{p:{escaped}}}:{part}", self.config.prefix)
+    }
+
+    /// Every key (and the channel) a partition uses, for tests of the layout.
+    pub fn keys(&self, partition: &str) -> [String; 5] {
+        ["m", "e", "x", "f", "w"].map(|part| self.key(partition, part))
+    }
+
+    /// The script call for `op` on `partition`, before its own arguments.
+    fn script(&self, partition: &str, op: &str) -> Cmd {
+        let [m, e, x, f, w] = self.keys(partition);
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(&self.sha)
+            .arg(4)
+            .arg(m)
+            .arg(e)
+            .arg(x)
+            .arg(f)
+            .arg(op);
+        // The script reads Redis's TIME unless a test clock gives the time.
+        match &self.config.test_clock {
+            Some(clock) => cmd.arg(clock.now_ms()),
+            None => cmd.arg(""),
+        };
+        cmd.arg(self.config.history)
+            .arg(self.config.retention_ms)
+            .arg(w);
+        cmd
+    }
+
+    /// Send one request; after `NOSCRIPT` (a restarted or flushed server),
+    /// load the script and send it again.
+    async fn run(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
+        let mut conn = self.conn.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let reply = match cmd.query_async::<Value>(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.round_trips.fetch_add(2, Ordering::Relaxed);
+                ::redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(SCRIPT)
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .map_err(unavailable)?;
+                cmd.query_async::<Value>(&mut conn).await
+            }
+            other => other,
+        };
+        match reply.map_err(unavailable)? {
+            Value::Array(values) => Ok(values),
+            other => Err(malformed(&format!("expected an array, got {other:?}"))),
+        }
+    }
+
+    async fn write(
+        &self,
+        mut cmd: Cmd,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<i64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let (ctype, crev, cval): (&str, u64, &[u8]) = match condition {
+            Condition::Always => ("always", 0, b""),
+            Condition::Absent => ("absent", 0, b""),
+            Condition::Revision(rev) => ("revision", *rev, b""),
+            Condition::RevisionAndValue(g) => ("revision-and-value", g.revision, &g.value),
+        };
+        cmd.arg(key)
+            .arg(value)
+            .arg(ttl_ms.unwrap_or(-1))
+            .arg(ctype)
+            .arg(crev)
+            .arg(cval);
+        let reply = self.run(&cmd).await?;
+        let mut r = Reader::new(&reply);
+        let now = r.u64()?;
+        let applied = r.u64()? == 1;
+        let entry = r.maybe_entry()?;
+        let outcome = match (applied, entry) {
+            (true, Some(entry)) => Outcome::Applied(entry),
+            (true, None) => return Err(malformed("an applied write without its entry")),
+            (false, entry) => Outcome::Conflict(entry),
+        };
+        Ok(WriteReply { outcome, now })
+    }
+
+    /// `(now, revision, next expiry)` of a partition, after sweeping it.
+    async fn check(&self, partition: &str) -> Result<(u64, u64, Option<u64>), StoreError> {
+        let reply = self.run(&self.script(partition, "check")).await?;
+        let mut r = Reader::new(&reply);
+        Ok((r.u64()?, r.u64()?, r.optional_u64()?))
+    }
+
+    /// Register a waiter on `channel` and make sure it is subscribed before
+    /// the waiter's first check, so no notification after it is missed.
+    async fn register(&self, channel: &str) -> Result<WaiterGuard<'_>, StoreError> {
+        let notify = {
+            let mut waiters = self
+                .waiters
+                .lock()
+                .map_err(|_| malformed("poisoned waiter map"))?;
+            let w = waiters
+                .entry(channel.to_string())
+                .or_insert_with(|| Waiting {
+                    count: 0,
+                    sleeping: 0,
+                    notify: watch::Sender::new(0),
+                });
+            w.count += 1;
+            w.notify.subscribe()
+        };
+        let guard = WaiterGuard {
+            backend: self,
+            channel: channel.to_string(),
+            notify,
+        };
+        let (ack, acked) = oneshot::channel();
+        if self.subscriptions.send((channel.to_string(), ack)).is_ok() {
+            // If the subscription cannot be made, the re-check still bounds the wait.
+            let _ = acked.await;
+        }
+        Ok(guard)
+    }
+}
+
+/// Deregisters a waiter when its `wait` ends, however it ends.
+struct WaiterGuard<'a> {
+    backend: &'a RedisBackend,
+    channel: String,
+    notify: watch::Receiver<u64>,
+}
+
+impl WaiterGuard<'_> {
+    /// Count this waiter as asleep (see [`RedisBackend::waiters`]) until the
+    /// returned value drops.
+    fn asleep(&self) -> Asleep<'_> {
+        self.adjust_sleeping(true);
+        Asleep(self)
+    }
+
+    fn adjust_sleeping(&self, asleep: bool) {
+        if let Ok(mut waiters) = self.backend.waiters.lock()
+            && let Some(w) = waiters.get_mut(&self.channel)
+        {
+            w.sleeping = if asleep {
+                w.sleeping + 1
+            } else {
+                w.sleeping.saturating_sub(1)
+            };
+        }
+    }
+}
+
+/// A waiter counted as asleep.
+struct Asleep<'a>(&'a WaiterGuard<'a>);
+
+impl Drop for Asleep<'_> {
+    fn drop(&mut self) {
+        self.0.adjust_sleeping(false);
+    }
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut waiters) = self.backend.waiters.lock()
+            && let Some(w) = waiters.get_mut(&self.channel)
+        {
+            w.count = w.count.saturating_sub(1);
+        }
+        let (ack, _) = oneshot::channel();
+        let _ = self.backend.subscriptions.send((self.channel.clone(), ack));
+    }
+}
+
+/// Wake the local waiters of each channel a change is published on.
+async fn dispatch_notifications(mut pushes: mpsc::UnboundedReceiver<PushInfo>, waiters: Waiters) {
+    while let Some(push) = pushes.recv().await {
+        if push.kind != PushKind::Message {
+            continue;
+        }
+        let Some(Value::BulkString(channel)) = push.data.first() else {
+            continue;
+        };
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            continue;
+        };
+        if let Ok(waiters) = waiters.lock()
+            && let Some(w) = waiters.get(channel)
+        {
+            w.notify.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+/// Bring the subscriptions in line with the waiters, one channel at a time,
+/// in request order, so a subscribe and an unsubscribe never cross.
+async fn manage_subscriptions(
+    mut requests: mpsc::UnboundedReceiver<(String, oneshot::Sender<()>)>,
+    mut push: ConnectionManager,
+    waiters: Waiters,
+) {
+    let mut subscribed = HashSet::new();
+    while let Some((channel, ack)) = requests.recv().await {
+        let wanted = waiters.lock().is_ok_and(|mut w| {
+            let wanted = w.get(&channel).is_some_and(|w| w.count > 0);
+            if !wanted {
+                w.remove(&channel);
+            }
+            wanted
+        });
+        if wanted && !subscribed.contains(&channel) {
+            if push.subscribe(&channel).await.is_ok() {
+                subscribed.insert(channel);
+            }
+        } else if !wanted && subscribed.remove(&channel) {
+            let _ = push.unsubscribe(&channel).await;
+        }
+        let _ = ack.send(());
+    }
+}
+
+/// Reads a flat script reply front to back.
+struct Reader<'a> {
+    values: std::slice::Iter<'a, Value>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(values: &'a [Value]) -> Self {
+        Reader {
+            values: values.iter(),
+        }
+    }
+
+    fn next(&mut self) -> Result<&'a Value, StoreError> {
+        self.values.next().ok_or_else(|| malformed("too short"))
+    }
+
+    fn i64(&mut self) -> Result<i64, StoreError> {
+        match self.next()? {
+            Value::Int(n) => Ok(*n),
+            other => Err(malformed(&format!("expected an integer, got {other:?}"))),
+        }
+    }
+
+    fn u64(&mut self) -> Result<u64, StoreError> {
+        u64::try_from(self.i64()?).map_err(|_| malformed("a negative number"))
+    }
+
+    /// A number where -1 means none.
+    fn optional_u64(&mut self) -> Result<Option<u64>, StoreError> {
+        let n = self.i64()?;
+        Ok((n >= 0).then_some(n as u64))
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>, StoreError> {
+        match self.next()? {
+            Value::BulkString(b) => Ok(b.clone()),
+            other => Err(malformed(&format!("expected a string, got {other:?}"))),
+        }
+    }
+
+    fn string(&mut self) -> Result<String, StoreError> {
+        String::from_utf8(self.bytes()?).map_err(|_| malformed("a key that is not UTF-8"))
+    }
+
+    fn entry(&mut self) -> Result<Entry, StoreError> {
+        Ok(Entry {
+            key: self.string()?,
+            value: self.bytes()?,
+            revision: self.u64()?,
+            updated_at: self.u64()?,
+            expires_at: self.optional_u64()?,
+        })
+    }
+
+    /// A presence flag (0 or 1) followed, when 1, by an entry.
+    fn maybe_entry(&mut self) -> Result<Option<Entry>, StoreError> {
+        if self.u64()? == 1 {
+            Ok(Some(self.entry()?))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    async fn now(&self) -> Result<Millis, StoreError> {
+        if let Some(clock) = &self.config.test_clock {
+            return Ok(clock.now_ms());
+        }
+        let mut conn = self.conn.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let (secs, micros): (u64, u64) = ::redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        let mut cmd = self.script(partition, "get");
+        cmd.arg(key);
+        let reply = self.run(&cmd).await?;
+        let mut r = Reader::new(&reply);
+        Ok(ReadReply {
+            now: r.u64()?,
+            entry: r.maybe_entry()?,
+        })
+    }
+
+    async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        let mut cmd = self.script(partition, "list");
+        cmd.arg(prefix);
+        let reply = self.run(&cmd).await?;
+        let mut r = Reader::new(&reply);
+        let (now, revision, n) = (r.u64()?, r.u64()?, r.u64()?);
+        let mut entries = (0..n).map(|_| r.entry()).collect::<Result<Vec<_>, _>>()?;
+        entries.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+        Ok(ListReply {
+            entries,
+            revision,
+            now,
+        })
+    }
+
+    async fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let ttl = ttl_ms
+            .map(|t| {
+                i64::try_from(t).map_err(|_| StoreError::Invalid("ttl-ms is too large".into()))
+            })
+            .transpose()?;
+        self.write(self.script(partition, "put"), key, value, ttl, condition)
+            .await
+    }
+
+    async fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.write(self.script(partition, "delete"), key, b"", None, condition)
+            .await
+    }
+
+    async fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let ttl =
+            i64::try_from(ttl_ms).map_err(|_| StoreError::Invalid("ttl-ms is too large".into()))?;
+        self.write(
+            self.script(partition, "touch"),
+            key,
+            b"",
+            Some(ttl),
+            condition,
+        )
+        .await
+    }
+
+    async fn changes(
+        &self,
+        partition: &str,
+        after: u64,
+        max: u32,
+    ) -> Result<ChangesReply, StoreError> {
+        let mut cmd = self.script(partition, "changes");
+        cmd.arg(after).arg(max);
+        let reply = self.run(&cmd).await?;
+        let mut r = Reader::new(&reply);
+        let (now, revision) = (r.u64()?, r.u64()?);
+        if let Some(complete_after) = r.optional_u64()? {
+            return Err(StoreError::HistoryGone(complete_after));
+        }
+        let n = r.u64()?;
+        let mut changes = Vec::new();
+        for _ in 0..n {
+            let kind = match r.bytes()?.as_slice() {
+                b"put" => ChangeKind::Put,
+                b"delete" => ChangeKind::Delete,
+                b"expire" => ChangeKind::Expire,
+                _ => return Err(malformed("an unknown change kind")),
+            };
+            changes.push(Change {
+                kind,
+                key: r.string()?,
+                value: r.bytes()?,
+                revision: r.u64()?,
+                at: r.u64()?,
+            });
+        }
+        Ok(ChangesReply {
+            changes,
+            revision,
+            now,
+        })
+    }
+
+    async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        let mut guard = self.register(&self.key(partition, "w")).await?;
+        let mut deadline = None;
+        loop {
+            // Mark what we have seen before checking, so a change published
+            // after the check wakes us.
+            guard.notify.borrow_and_update();
+            let (now, revision, next_expiry) = self.check(partition).await?;
+            let deadline = *deadline.get_or_insert(now.saturating_add(timeout_ms));
+            if revision > after || now >= deadline {
+                return Ok(revision);
+            }
+            let recheck_ms = u64::try_from(self.config.recheck.as_millis()).unwrap_or(u64::MAX);
+            let mut sleep_ms = (deadline - now).min(recheck_ms);
+            if let Some(expiry) = next_expiry {
+                sleep_ms = sleep_ms.min(expiry.saturating_sub(now).max(1));
+            }
+            let test_clock_reaches = async {
+                match &self.config.test_clock {
+                    Some(clock) => clock.sleep_until(now + sleep_ms).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let mut notify = guard.notify.clone();
+            let _asleep = guard.asleep();
+            tokio::select! {
+                _ = notify.changed() => {}
+                _ = test_clock_reaches => {}
+                _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+            }
+        }
+    }
+}
+
+/// SHA-1 of the script, as `EVALSHA` names it.
+fn sha1_hex(text: &str) -> String {
+    ::redis::Script::new(text).get_hash().to_string()
+}

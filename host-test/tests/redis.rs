@@ -1,0 +1,459 @@
+//! What only the Redis backend must show: one round trip per call, a layout
+//! that fits Redis Cluster, no leaked keys, fences that survive a data-losing
+//! restart, and "unavailable" — never "busy" or "acquired" — when Redis is
+//! out of reach, with recovery after. Runs on a real `redis-server`.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{RedisServer, bounded, redis_config, redis_url};
+use coord_host::backend::redis::{RedisBackend, RedisConfig};
+use coord_host::backend::{Backend, ChangeKind, Condition, Outcome, StoreError};
+use coord_host::lock::*;
+use coord_host::{Instance, Runtime};
+
+async fn shared_backend(
+    config: impl FnOnce(RedisConfig) -> RedisConfig,
+) -> (Arc<RedisBackend>, Option<RedisServer>) {
+    let (url, server) = redis_url().await;
+    let backend = RedisBackend::connect(config(redis_config(&url, 64, None)))
+        .await
+        .unwrap();
+    (Arc::new(backend), server)
+}
+
+async fn private_server() -> (RedisServer, Arc<RedisBackend>) {
+    let server = RedisServer::spawn().expect("these tests start their own redis-server");
+    let backend = RedisBackend::connect(redis_config(&server.url(), 64, None))
+        .await
+        .unwrap();
+    (server, Arc::new(backend))
+}
+
+fn no_wait(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions {
+        ttl_ms: Some(ttl_ms),
+        wait: Some(WaitPolicy::NoWait),
+    }
+}
+
+async fn acquire(i: &mut Instance, options: AcquireOptions) -> Result<AcquireOutcome, Error> {
+    i.acquire("inventory.stock", "item:1", options)
+        .await
+        .expect("no trap")
+}
+
+fn held(outcome: Result<AcquireOutcome, Error>) -> HeldLock {
+    match outcome {
+        Ok(AcquireOutcome::Acquired(lock)) => lock,
+        other => panic!("expected acquired, got {other:?}"),
+    }
+}
+
+/// How many times Redis ran `command`, from `INFO commandstats`.
+async fn server_calls(url: &str, command: &str) -> u64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    info.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn every_store_call_is_one_redis_round_trip() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        backend.now().await.unwrap(); // the first script call loads the script
+        backend.get("warm-up", "k").await.unwrap();
+        let url = server.url();
+        let before = backend.round_trips();
+        let (evalsha_before, time_before) = (
+            server_calls(&url, "evalsha").await,
+            server_calls(&url, "time").await,
+        );
+        let b = &backend;
+        b.now().await.unwrap();
+        b.put("p", "k", b"v", Some(1000), &Condition::Absent)
+            .await
+            .unwrap();
+        b.get("p", "k").await.unwrap();
+        b.list("p", "").await.unwrap();
+        b.touch("p", "k", 1000, &Condition::Always).await.unwrap();
+        b.changes("p", 0, 10).await.unwrap();
+        b.delete("p", "k", &Condition::Always).await.unwrap();
+        assert_eq!(
+            backend.round_trips() - before,
+            7,
+            "seven calls, seven round trips"
+        );
+        // Redis saw six scripts and one TIME (each script also calls TIME inside).
+        assert_eq!(server_calls(&url, "evalsha").await - evalsha_before, 6);
+        assert_eq!(server_calls(&url, "time").await - time_before, 1 + 6);
+
+        // Through the component: one store call, one round trip each.
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+        let before = backend.round_trips();
+        let lock = held(acquire(&mut i, no_wait(5000)).await);
+        let ExtendOutcome::Extended(lock) = i.extend(&lock, None).await.unwrap().unwrap() else {
+            panic!("lost")
+        };
+        assert!(i.release(&lock).await.unwrap().unwrap());
+        assert_eq!(i.store_calls(), 3);
+        assert_eq!(backend.round_trips() - before, 3);
+    })
+    .await
+}
+
+/// CRC16/XMODEM of the hash tag, modulo 16384: Redis Cluster's key slot.
+fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    let mut crc: u16 = 0;
+    for &b in tagged.unwrap_or(bytes) {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+#[tokio::test]
+async fn every_key_of_a_partition_hashes_to_one_cluster_slot() {
+    assert_eq!(
+        key_slot("123456789"),
+        12739,
+        "the CRC16 of Redis's cluster spec"
+    );
+    let backend = RedisBackend::connect(RedisConfig::new("redis://127.0.0.1:1")).await;
+    assert!(
+        matches!(backend, Err(StoreError::Unavailable(_))),
+        "nothing listens on port 1"
+    );
+    let (backend, _server) = shared_backend(|c| c).await;
+    let partitions = [
+        "lock:1:a:b",
+        "x{y}z",
+        "{",
+        "}",
+        "}{",
+        "{}",
+        "",
+        "%7B",
+        "a%b{c}d",
+    ];
+    let mut seen = std::collections::HashSet::new();
+    for p in partitions {
+        let keys = backend.keys(p);
+        let slots: std::collections::HashSet<u16> = keys.iter().map(|k| key_slot(k)).collect();
+        assert_eq!(slots.len(), 1, "{p:?}: {keys:?} span slots {slots:?}");
+        assert!(
+            seen.insert(keys[0].clone()),
+            "{p:?} shares keys with another partition"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_key_carries_a_ttl_so_nothing_leaks() {
+    bounded(async {
+        let (url, _server) = redis_url().await;
+        let config = RedisConfig {
+            retention_ms: 5_000,
+            ..redis_config(&url, 64, None)
+        };
+        let prefix = config.prefix.clone();
+        let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+        let lock = held(acquire(&mut i, no_wait(3_000)).await);
+        assert!(i.release(&lock).await.unwrap().unwrap());
+        held(acquire(&mut i, no_wait(3_000)).await);
+        backend
+            .put("eph", "a", b"v", Some(2_000), &Condition::Always)
+            .await
+            .unwrap();
+        backend
+            .put("eph", "b", b"v", Some(1_000), &Condition::Always)
+            .await
+            .unwrap();
+        backend
+            .delete("eph", "b", &Condition::Always)
+            .await
+            .unwrap();
+
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}:*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 8, "two partitions of four keys: {keys:?}");
+        for key in keys {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // Gone by the last entry's expiry plus the retention, at the latest.
+            assert!(ttl > 0 && ttl <= 3_000 + 5_000, "{key} has PTTL {ttl}");
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn fences_stay_monotonic_across_a_restart_that_lost_the_data() {
+    bounded(async {
+        let (mut server, backend) = private_server().await;
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+        let before = held(acquire(&mut i, no_wait(60_000)).await);
+
+        server.stop();
+        server.start().unwrap(); // empty: it persists nothing
+        let after = loop {
+            match acquire(&mut i, no_wait(60_000)).await {
+                Err(Error::Unavailable(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                other => break held(other),
+            }
+        };
+        assert!(
+            after.fence > before.fence,
+            "fence {} after the restart <= {}",
+            after.fence,
+            before.fence
+        );
+
+        // FLUSHALL is the same loss without the restart.
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+        let flushed = held(acquire(&mut i, no_wait(60_000)).await);
+        assert!(flushed.fence > after.fence);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_killed_connection_is_unavailable_never_busy_or_acquired_then_recovers() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let (mut holder, mut rival) = (
+            runtime.instantiate().await.unwrap(),
+            runtime.instantiate().await.unwrap(),
+        );
+        let lock = held(acquire(&mut holder, no_wait(60_000)).await);
+
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(killed >= 1, "the backend's connection was killed");
+
+        let mut unavailable = 0;
+        let holder_seen = loop {
+            match acquire(&mut rival, no_wait(1000)).await {
+                Err(Error::Unavailable(_)) => unavailable += 1,
+                Ok(AcquireOutcome::Busy(holder)) => break holder,
+                other => panic!("a held lock must be busy or unavailable, got {other:?}"),
+            }
+            assert!(
+                unavailable < 50,
+                "no recovery after the connection was killed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(holder_seen.fence, lock.fence, "the holder survived");
+        assert!(holder.release(&lock).await.unwrap().unwrap());
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_stopped_server_is_unavailable_and_work_resumes_when_it_returns() {
+    bounded(async {
+        let (mut server, backend) = private_server().await;
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+        server.stop();
+        for _ in 0..3 {
+            match acquire(&mut i, no_wait(1000)).await {
+                Err(Error::Unavailable(_)) => {}
+                other => panic!("with Redis down: expected unavailable, got {other:?}"),
+            }
+        }
+        let now = backend.now().await;
+        assert!(matches!(now, Err(StoreError::Unavailable(_))), "{now:?}");
+        server.start().unwrap();
+        let mut tries = 0;
+        loop {
+            match acquire(&mut i, no_wait(1000)).await {
+                Ok(AcquireOutcome::Acquired(_)) => break,
+                Err(Error::Unavailable(_)) if tries < 100 => tries += 1,
+                other => panic!("after the restart: {other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_published_change_not_by_its_recheck() {
+    bounded(async {
+        // A re-check an hour apart: only the notification can wake the waiter.
+        let (backend, _server) = shared_backend(|c| RedisConfig {
+            recheck: Duration::from_secs(3600),
+            ..c
+        })
+        .await;
+        let e = match backend
+            .put("p", "k", b"v", None, &Condition::Always)
+            .await
+            .unwrap()
+            .outcome
+        {
+            Outcome::Applied(e) => e,
+            other => panic!("{other:?}"),
+        };
+        let b = backend.clone();
+        let waiter = tokio::spawn(async move { b.wait("p", e.revision, 3_600_000).await });
+        while backend.waiters("p") != 1 {
+            tokio::task::yield_now().await;
+        }
+        let Outcome::Applied(e2) = backend
+            .put("p", "k", b"w", None, &Condition::Always)
+            .await
+            .unwrap()
+            .outcome
+        else {
+            panic!("put failed");
+        };
+        assert_eq!(waiter.await.unwrap().unwrap(), e2.revision);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_lost_notification_delays_a_waiter_only_until_its_recheck() {
+    bounded(async {
+        let (backend, _server) = shared_backend(|c| RedisConfig {
+            recheck: Duration::from_millis(50),
+            ..c
+        })
+        .await;
+        // A re-check every 50 ms bounds the delay of a notification that never comes.
+        let e = match backend
+            .put("p", "k", b"v", Some(60_000), &Condition::Always)
+            .await
+            .unwrap()
+            .outcome
+        {
+            Outcome::Applied(e) => e,
+            other => panic!("{other:?}"),
+        };
+        let b = backend.clone();
+        let waiter = tokio::spawn(async move { b.wait("p", e.revision, 3_600_000).await });
+        while backend.waiters("p") != 1 {
+            tokio::task::yield_now().await;
+        }
+        // Change the partition with the notification lost: the same script on
+        // the same keys, publishing to a channel nobody listens on.
+        let (url, _s) = redis_url().await;
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let [m, e_key, x, f, _channel] = backend.keys("p");
+        let reply: redis::Value = redis::cmd("EVAL")
+            .arg(include_str!("../src/backend/redis.lua"))
+            .arg(4)
+            .arg(m)
+            .arg(e_key)
+            .arg(x)
+            .arg(f)
+            .arg("put")
+            .arg("")
+            .arg(64)
+            .arg(60_000)
+            .arg("nobody-listens")
+            .arg("k")
+            .arg("lost")
+            .arg(-1)
+            .arg("always")
+            .arg(0)
+            .arg("")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _ = reply;
+        let revision = waiter.await.unwrap().unwrap();
+        assert!(revision > e.revision, "the re-check found the change");
+        let feed = backend.changes("p", e.revision, 10).await.unwrap();
+        assert_eq!(feed.changes.len(), 1);
+        assert_eq!(feed.changes[0].kind, ChangeKind::Put);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn expiry_runs_on_redis_time_and_wakes_a_waiter() {
+    bounded(async {
+        let (backend, _server) = shared_backend(|c| c).await;
+        let before = backend.now().await.unwrap();
+        let system = coord_host::clock::Clock::now_ms(&coord_host::clock::SystemClock);
+        assert!(
+            before.abs_diff(system) < 5_000,
+            "Redis TIME {before} vs this machine {system}"
+        );
+        let Outcome::Applied(e) = backend
+            .put("p", "k", b"v", Some(30), &Condition::Absent)
+            .await
+            .unwrap()
+            .outcome
+        else {
+            panic!("put failed");
+        };
+        // Nobody writes: the expiry itself, on Redis's clock, ends the wait.
+        let revision = backend.wait("p", e.revision, 60_000).await.unwrap();
+        assert!(revision > e.revision);
+        let feed = backend.changes("p", e.revision, 10).await.unwrap();
+        assert_eq!(feed.changes[0].kind, ChangeKind::Expire);
+        assert_eq!(feed.changes[0].at, e.expires_at.unwrap());
+    })
+    .await
+}
