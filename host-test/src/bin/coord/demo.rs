@@ -1,0 +1,221 @@
+//! The main job: component instances, each in a wasmtime `Store` of its own,
+//! contend for locks on a few inventory items, and every stock write is made
+//! at a fenced write boundary.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use coord_host::backend::Backend;
+use coord_host::lock::*;
+use coord_host::{Instance, Runtime};
+
+use crate::inventory::Inventory;
+
+const LOCK_ID: &str = "inventory.stock";
+
+/// Prints a line prefixed by the time since the demo began.
+struct Log {
+    start: Instant,
+    pid: u32,
+}
+
+impl Log {
+    fn say(&self, who: &str, what: impl std::fmt::Display) {
+        let ms = self.start.elapsed().as_secs_f64() * 1000.0;
+        println!("{ms:>6.0} ms  {:<18} {what}", format!("{who}@{}", self.pid));
+    }
+}
+
+fn failed(e: Error) -> wasmtime::Error {
+    wasmtime::format_err!("lock call failed: {e:?}")
+}
+
+/// Run the three scenes on `backend`, writing to `inventory`.
+pub async fn run(
+    backend: Arc<dyn Backend>,
+    inventory: Inventory,
+    place: &str,
+) -> wasmtime::Result<()> {
+    let runtime = Arc::new(Runtime::new(backend)?);
+    let inventory = Arc::new(inventory);
+    let log = Arc::new(Log {
+        start: Instant::now(),
+        pid: std::process::id(),
+    });
+    println!(
+        "coord demo: a {}-byte component on {place}\n",
+        coord_host::COMPONENT.len()
+    );
+
+    println!("1. Six instances adjust three items; each tries once, then waits if busy.");
+    let mut workers = Vec::new();
+    for n in 0..6 {
+        let (runtime, inventory, log) = (runtime.clone(), inventory.clone(), log.clone());
+        workers.push(tokio::spawn(async move {
+            let mut instance = runtime.instantiate().await?;
+            let item = format!("item:{}", n % 3);
+            adjust_once(
+                &mut instance,
+                &format!("worker-{n}"),
+                &item,
+                -1,
+                &inventory,
+                &log,
+            )
+            .await
+        }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for worker in workers {
+        worker.await??;
+    }
+
+    println!("\n2. A long job extends its lock before the TTL runs out.");
+    let mut importer = runtime.instantiate().await?;
+    let lock = acquire_waiting(&mut importer, "item:0", 300).await?;
+    log.say(
+        "importer",
+        format!("acquired item:0, fence {}, ttl 300 ms", lock.fence),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ExtendOutcome::Extended(lock) =
+        importer.extend(&lock, Some(1000)).await?.map_err(failed)?
+    else {
+        wasmtime::bail!("the importer lost its lock before its TTL ran out");
+    };
+    let holder = importer.inspect(LOCK_ID, "item:0").await?.map_err(failed)?;
+    let left = holder.map_or(0, |h| h.remaining_ms);
+    log.say(
+        "importer",
+        format!(
+            "extended by 1000 ms: {left} ms left, fence still {}",
+            lock.fence
+        ),
+    );
+    importer.release(&lock).await?.map_err(failed)?;
+    log.say("importer", "released item:0");
+
+    println!("\n3. A holder pauses past its TTL; its late write is refused by the fence.");
+    let mut paused = runtime.instantiate().await?;
+    let mut fresh = runtime.instantiate().await?;
+    let old = acquire_waiting(&mut paused, "item:1", 100).await?;
+    log.say(
+        "paused",
+        format!(
+            "acquired item:1, fence {}, ttl 100 ms; then stalls (a GC pause)",
+            old.fence
+        ),
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let new = acquire_waiting(&mut fresh, "item:1", 1000).await?;
+    log.say(
+        "fresh",
+        format!("acquired item:1 after the expiry, fence {}", new.fence),
+    );
+    let stock = inventory
+        .adjust("item:1", -5, new.fence)
+        .await
+        .map_err(wasmtime::Error::msg)?;
+    log.say(
+        "fresh",
+        format!("wrote stock of item:1 = {stock} with fence {}", new.fence),
+    );
+    match inventory.adjust("item:1", -5, old.fence).await {
+        Ok(_) => wasmtime::bail!("the stale write was accepted"),
+        Err(why) => log.say("paused", format!("wakes and writes: {why}")),
+    }
+    let released = paused.release(&old).await?.map_err(failed)?;
+    log.say(
+        "paused",
+        format!("release returns {released}: it no longer held the lock"),
+    );
+    fresh.release(&new).await?.map_err(failed)?;
+
+    let calls = [&importer, &paused, &fresh]
+        .iter()
+        .map(|i| i.store_calls())
+        .sum::<u64>();
+    println!("\nDone: scenes 2 and 3 took {calls} store calls in all.");
+    Ok(())
+}
+
+/// Acquire `item`, waiting (the default policy: ten attempts, woken by a
+/// release) if another instance or process holds it.
+async fn acquire_waiting(
+    instance: &mut Instance,
+    item: &str,
+    ttl_ms: u64,
+) -> wasmtime::Result<HeldLock> {
+    let options = AcquireOptions {
+        ttl_ms: Some(ttl_ms),
+        wait: None,
+    };
+    match instance
+        .acquire(LOCK_ID, item, options)
+        .await?
+        .map_err(failed)?
+    {
+        AcquireOutcome::Acquired(lock) => Ok(lock),
+        AcquireOutcome::Busy(holder) => {
+            wasmtime::bail!(
+                "{item} stayed busy (fence {}, {} ms left)",
+                holder.fence,
+                holder.remaining_ms
+            )
+        }
+    }
+}
+
+/// One worker's turn: try once; if busy, say who holds it and wait (woken by
+/// the release); adjust the stock under the lock; release.
+async fn adjust_once(
+    instance: &mut Instance,
+    who: &str,
+    item: &str,
+    delta: i64,
+    inventory: &Inventory,
+    log: &Log,
+) -> wasmtime::Result<()> {
+    let try_once = AcquireOptions {
+        ttl_ms: Some(2000),
+        wait: Some(WaitPolicy::NoWait),
+    };
+    let lock = match instance
+        .acquire(LOCK_ID, item, try_once)
+        .await?
+        .map_err(failed)?
+    {
+        AcquireOutcome::Acquired(lock) => lock,
+        AcquireOutcome::Busy(holder) => {
+            log.say(
+                who,
+                format!(
+                    "{item} busy: fence {} holds it for {} ms more; waiting",
+                    holder.fence, holder.remaining_ms
+                ),
+            );
+            let started = Instant::now();
+            let lock = acquire_waiting(instance, item, 2000).await?;
+            log.say(
+                who,
+                format!("got it after waiting {} ms", started.elapsed().as_millis()),
+            );
+            lock
+        }
+    };
+    let stock = inventory
+        .adjust(item, delta, lock.fence)
+        .await
+        .map_err(wasmtime::Error::msg)?;
+    log.say(
+        who,
+        format!(
+            "acquired {item} with fence {}; stock now {stock}",
+            lock.fence
+        ),
+    );
+    tokio::time::sleep(Duration::from_millis(40)).await; // the critical section's work
+    instance.release(&lock).await?.map_err(failed)?;
+    log.say(who, format!("released {item}"));
+    Ok(())
+}
