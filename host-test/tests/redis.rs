@@ -457,3 +457,73 @@ async fn expiry_runs_on_redis_time_and_wakes_a_waiter() {
     })
     .await
 }
+
+#[tokio::test]
+async fn rediss_urls_reach_a_tls_only_server() {
+    bounded(async {
+        let server = RedisServer::spawn_tls().expect("a TLS redis-server");
+        assert!(server.url().starts_with("rediss://"));
+        let backend = Arc::new(
+            RedisBackend::connect(redis_config(&server.url(), 64, None))
+                .await
+                .unwrap(),
+        );
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+        let lock = held(acquire(&mut i, no_wait(5000)).await);
+        // The waiter's notification comes over the TLS pub/sub connection.
+        let partition = coord_component::keys::lock_partition("inventory.stock", "item:1");
+        let (b, p) = (backend.clone(), partition.clone());
+        let waiter = tokio::spawn(async move { b.wait(&p, lock.fence, 60_000).await });
+        while backend.waiters(&partition) != 1 {
+            tokio::task::yield_now().await;
+        }
+        assert!(i.release(&lock).await.unwrap().unwrap());
+        assert!(waiter.await.unwrap().unwrap() > lock.fence);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn after_every_ttl_and_the_retention_pass_no_key_remains() {
+    bounded(async {
+        let (url, _server) = redis_url().await;
+        // Redis's own key expiry runs on real time: a short TTL and retention
+        // keep this to a fraction of a second.
+        let config = RedisConfig {
+            retention_ms: 50,
+            ..redis_config(&url, 64, None)
+        };
+        let prefix = config.prefix.clone();
+        let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+        held(acquire(&mut i, no_wait(50)).await);
+        backend
+            .put("eph", "a", b"v", Some(50), &Condition::Always)
+            .await
+            .unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let pattern = format!("{prefix}:*");
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 8, "two partitions were written: {keys:?}");
+        for _ in 0..250 {
+            if keys.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            keys = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        panic!("keys outlived every TTL and the retention: {keys:?}");
+    })
+    .await
+}

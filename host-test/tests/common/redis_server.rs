@@ -1,6 +1,6 @@
 //! Finding a Redis server for tests: `REDIS_URL`, else 127.0.0.1:6379, else a
 //! `redis-server` spawned on a free port in a temporary directory and stopped
-//! when dropped. With `CI` set, a missing Redis fails the test; it never skips.
+//! when dropped. A missing Redis fails the test; it never skips.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -49,38 +49,92 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    tls: bool,
 }
 
 impl RedisServer {
     /// Start a server on a free port.
     pub fn spawn() -> Result<Self, String> {
+        RedisServer::spawn_with(false)
+    }
+
+    /// Start a server that speaks only TLS, with a self-signed certificate
+    /// made by `openssl` for this server alone.
+    pub fn spawn_tls() -> Result<Self, String> {
+        RedisServer::spawn_with(true)
+    }
+
+    fn spawn_with(tls: bool) -> Result<Self, String> {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
             .port();
         let dir = std::env::temp_dir().join(format!("coord-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        if tls {
+            let status = Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                ])
+                .args([
+                    "-subj",
+                    "/CN=localhost",
+                    "-keyout",
+                    "key.pem",
+                    "-out",
+                    "cert.pem",
+                ])
+                .current_dir(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map_err(|e| format!("openssl: {e}"))?;
+            if !status.success() {
+                return Err(format!("openssl could not make a certificate: {status}"));
+            }
+        }
         let mut server = RedisServer {
             child: None,
             port,
             dir,
+            tls,
         };
         server.start()?;
         Ok(server)
     }
 
-    /// The URL it listens on.
+    /// The URL it listens on (`rediss://…#insecure` for TLS: the certificate
+    /// is self-signed).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        if self.tls {
+            format!("rediss://127.0.0.1:{}/#insecure", self.port)
+        } else {
+            format!("redis://127.0.0.1:{}", self.port)
+        }
     }
 
     /// Start it again on the same port (after [`RedisServer::stop`]), empty.
     pub fn start(&mut self) -> Result<(), String> {
+        let port = self.port.to_string();
+        let mut listen = vec!["--bind", "127.0.0.1"];
+        if self.tls {
+            listen.extend([
+                "--port",
+                "0",
+                "--tls-port",
+                &port,
+                "--tls-auth-clients",
+                "no",
+            ]);
+            listen.extend(["--tls-cert-file", "cert.pem", "--tls-key-file", "key.pem"]);
+            listen.extend(["--tls-ca-cert-file", "cert.pem"]);
+        } else {
+            listen.extend(["--port", &port]);
+        }
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
+            .current_dir(&self.dir)
+            .args(listen)
+            .args(["--save", "", "--appendonly", "no", "--dir", "."])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
