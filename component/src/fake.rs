@@ -16,6 +16,7 @@ type Hook = Box<dyn FnMut(&FakeStore)>;
 
 #[derive(Default)]
 pub struct FakeStore {
+    history: Cell<Option<usize>>,
     now: Cell<u64>,
     partitions: RefCell<HashMap<String, Partition>>,
     pub calls: Cell<usize>,
@@ -27,6 +28,12 @@ impl FakeStore {
     pub fn new(now: u64) -> Self {
         let store = FakeStore::default();
         store.now.set(now);
+        store
+    }
+
+    pub fn with_history(now: u64, history: usize) -> Self {
+        let store = FakeStore::new(now);
+        store.history.set(Some(history));
         store
     }
 
@@ -50,7 +57,7 @@ impl FakeStore {
         let mut partitions = self.partitions.borrow_mut();
         let p = partitions
             .entry(partition.to_string())
-            .or_insert_with(|| Partition::new(DEFAULT_HISTORY));
+            .or_insert_with(|| Partition::new(self.history.get().unwrap_or(DEFAULT_HISTORY)));
         f(p, self.now.get())
     }
 

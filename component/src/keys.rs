@@ -12,6 +12,11 @@ pub fn lock_partition(id: &str, resource: &str) -> String {
     partition("lock", id, resource)
 }
 
+/// The partition holding tenant `tenant` of ephemeral space `space`.
+pub fn ephemeral_partition(space: &str, tenant: &str) -> String {
+    partition("eph", space, tenant)
+}
+
 /// The key of the holder entry inside a lock partition.
 pub const LOCK_HOLDER_KEY: &str = "holder";
 
@@ -55,6 +60,12 @@ mod tests {
                 "collision for ({id:?}, {resource:?}): {p}"
             );
             assert_eq!(decode_partition(&p), Some(("lock", id, resource)));
+            let e = ephemeral_partition(id, resource);
+            assert!(
+                seen.insert(e.clone()),
+                "an ephemeral tenant met a lock: {e}"
+            );
+            assert_eq!(decode_partition(&e), Some(("eph", id, resource)));
         }
     }
 }

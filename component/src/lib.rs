@@ -13,11 +13,13 @@
 //!
 //! - [`store`]: the store trait the logic runs over, mirroring `coord:sync/store`.
 //! - [`lock`]: the distributed lock (`coord:sync/lock`).
+//! - [`ephemeral`]: per-tenant entries with TTL, snapshot and watch (`coord:sync/ephemeral`).
 //! - [`memory`]: the store semantics over plain memory, shared with the host.
 //! - [`keys`]: how names become store partitions, injectively.
 //! - [`validate`]: argument checks shared by every interface.
 
 pub mod bindings;
+pub mod ephemeral;
 pub mod keys;
 pub mod lock;
 pub mod memory;

@@ -19,7 +19,7 @@ use crate::bindings::exports::coord::sync::lock::{
     WaitPolicy,
 };
 use crate::keys::{self, LOCK_HOLDER_KEY};
-use crate::store::{Condition, Entropy, Entry, Guard, Outcome, Store, StoreError};
+use crate::store::{Condition, Entropy, Entry, Guard, Outcome, Store};
 use crate::validate::{self, Invalid, MAX_ID_BYTES, MAX_NAME_BYTES};
 
 /// The TTL when `acquire-options.ttl-ms` is not given (seed 001: 30 s).
@@ -33,8 +33,6 @@ pub const DEFAULT_RETRY: Retry = Retry {
 pub const MAX_ATTEMPTS: u32 = 1000;
 /// The longest delay between attempts, in milliseconds.
 pub const MAX_DELAY_MS: u64 = 60_000;
-/// The longest `wait-policy.timeout`, in milliseconds (ten minutes).
-pub const MAX_WAIT_MS: u64 = 600_000;
 
 /// The lock operations over a store and a source of randomness.
 pub struct Locks<S, E> {
@@ -42,28 +40,7 @@ pub struct Locks<S, E> {
     entropy: E,
 }
 
-impl From<Invalid> for Error {
-    fn from(invalid: Invalid) -> Self {
-        Error::InvalidArgument(InvalidArgument {
-            field: invalid.field,
-            reason: invalid.reason,
-        })
-    }
-}
-
-impl From<StoreError> for Error {
-    fn from(error: StoreError) -> Self {
-        match error {
-            StoreError::Unavailable(why) => Error::Unavailable(why),
-            StoreError::HistoryGone(_) => {
-                Error::Internal("the store answered a lock request with history-gone".into())
-            }
-            StoreError::Invalid(why) => {
-                Error::Internal(format!("the store rejected a lock request: {why}"))
-            }
-        }
-    }
-}
+crate::validate::interface_errors!(Error, InvalidArgument);
 
 /// How many more times, and until when, an acquire keeps trying.
 enum Patience {
@@ -285,7 +262,9 @@ fn check_wait(policy: &WaitPolicy) -> Result<(), Invalid> {
                 MAX_DELAY_MS,
             )
         }
-        WaitPolicy::Timeout(ms) => validate::in_range("options.wait.timeout", *ms, 0, MAX_WAIT_MS),
+        WaitPolicy::Timeout(ms) => {
+            validate::in_range("options.wait.timeout", *ms, 0, validate::MAX_WAIT_MS)
+        }
     }
 }
 

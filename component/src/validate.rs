@@ -8,6 +8,41 @@ pub const MAX_NAME_BYTES: usize = 1024;
 /// The longest TTL any primitive accepts: one day, in milliseconds.
 pub const MAX_TTL_MS: u64 = 86_400_000;
 
+/// The longest any call may block waiting, in milliseconds (ten minutes).
+pub const MAX_WAIT_MS: u64 = 600_000;
+
+/// Implement, for one interface's generated `error` variant and
+/// `invalid-argument` record, the conversions from [`Invalid`] and from a
+/// store error. Every exported interface has the same three error cases.
+macro_rules! interface_errors {
+    ($error:ident, $invalid:ident) => {
+        impl From<$crate::validate::Invalid> for $error {
+            fn from(invalid: $crate::validate::Invalid) -> Self {
+                $error::InvalidArgument($invalid {
+                    field: invalid.field,
+                    reason: invalid.reason,
+                })
+            }
+        }
+
+        impl From<$crate::store::StoreError> for $error {
+            fn from(error: $crate::store::StoreError) -> Self {
+                use $crate::store::StoreError;
+                match error {
+                    StoreError::Unavailable(why) => $error::Unavailable(why),
+                    StoreError::HistoryGone(_) => $error::Internal(
+                        "the store answered with an unexpected history-gone".into(),
+                    ),
+                    StoreError::Invalid(why) => {
+                        $error::Internal(format!("the store rejected a request: {why}"))
+                    }
+                }
+            }
+        }
+    };
+}
+pub(crate) use interface_errors;
+
 /// A rejected argument: the field's WIT name and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invalid {

@@ -1,13 +1,20 @@
-//! The component's binding: the exported `coord:sync/lock` implemented by
-//! [`crate::lock::Locks`] over the imported `coord:sync/store`.
+//! The component's binding: the exported interfaces implemented by the
+//! plain-Rust logic ([`crate::lock::Locks`], [`crate::ephemeral::Ephemeral`])
+//! over the imported `coord:sync/store`.
 
 // The `export!` expansion defines the raw ABI entry points, which are unsafe by nature.
 #![allow(unsafe_code)]
+use std::cell::RefCell;
+
 use crate::bindings::coord::sync::store as host;
+use crate::bindings::exports::coord::sync::ephemeral::{
+    self, Event, Guest as EphemeralGuest, GuestWatcher, Space, TenantSnapshot, Written,
+};
 use crate::bindings::exports::coord::sync::lock::{
     AcquireOptions, AcquireOutcome, Error, ExtendOutcome, Guest as LockGuest, HeldLock, Holder,
 };
 use crate::bindings::wasi::random::random;
+use crate::ephemeral::{Ephemeral, Watch};
 use crate::lock::Locks;
 use crate::store::*;
 
@@ -100,6 +107,54 @@ impl LockGuest for Component {
     }
     fn force_release(id: String, resource: String) -> Result<bool, Error> {
         locks().force_release(&id, &resource)
+    }
+}
+
+impl EphemeralGuest for Component {
+    type Watcher = Watcher;
+
+    fn upsert(
+        space: Space,
+        tenant: String,
+        key: String,
+        value: Vec<u8>,
+    ) -> Result<Written, ephemeral::Error> {
+        Ephemeral::new(HostStore).upsert(&space, &tenant, &key, &value)
+    }
+    fn touch(space: Space, tenant: String, key: String) -> Result<bool, ephemeral::Error> {
+        Ephemeral::new(HostStore).touch(&space, &tenant, &key)
+    }
+    fn delete(space: Space, tenant: String, key: String) -> Result<bool, ephemeral::Error> {
+        Ephemeral::new(HostStore).delete(&space, &tenant, &key)
+    }
+    fn snapshot(
+        space: Space,
+        tenant: String,
+        prefix: Option<String>,
+    ) -> Result<TenantSnapshot, ephemeral::Error> {
+        Ephemeral::new(HostStore).snapshot(&space, &tenant, prefix.as_deref())
+    }
+    fn watch(
+        space: Space,
+        tenant: String,
+        prefix: Option<String>,
+        after: Option<u64>,
+    ) -> Result<ephemeral::Watcher, ephemeral::Error> {
+        let watch = Ephemeral::new(HostStore).watch(&space, &tenant, prefix.as_deref(), after)?;
+        Ok(ephemeral::Watcher::new(Watcher(RefCell::new(watch))))
+    }
+}
+
+/// The `watcher` resource: a [`Watch`] behind a `RefCell`, since resource
+/// methods take `&self`.
+struct Watcher(RefCell<Watch>);
+
+impl GuestWatcher for Watcher {
+    fn next(&self, timeout_ms: u64) -> Result<Option<Event>, ephemeral::Error> {
+        self.0.borrow_mut().next(&HostStore, timeout_ms)
+    }
+    fn revision(&self) -> u64 {
+        self.0.borrow().revision()
     }
 }
 

@@ -51,6 +51,18 @@ pub mod lock {
     };
 }
 
+/// The ephemeral-state interface's types, as the host sees them (`coord:sync/ephemeral`).
+pub mod ephemeral {
+    pub use crate::bindings::exports::coord::sync::ephemeral::{
+        Entry, Error, Event, InvalidArgument, Removed, Space, TenantSnapshot, Written,
+    };
+
+    /// A watch open in one [`crate::Instance`]; use it only with that instance,
+    /// and close it with [`crate::Instance::close_watch`].
+    #[derive(Debug)]
+    pub struct Watcher(pub(crate) wasmtime::component::ResourceAny);
+}
+
 /// The coord component (`coord.wasm`), built from `component/`.
 pub const COMPONENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/coord.wasm"));
 
@@ -129,6 +141,9 @@ pub struct Instance {
 /// What a lock call returns: a trap, or the interface's own result.
 pub type LockResult<T> = wasmtime::Result<Result<T, lock::Error>>;
 
+/// What an ephemeral call returns: a trap, or the interface's own result.
+pub type EphemeralResult<T> = wasmtime::Result<Result<T, ephemeral::Error>>;
+
 impl Instance {
     /// How many store calls this instance has made so far.
     pub fn store_calls(&self) -> u64 {
@@ -173,5 +188,92 @@ impl Instance {
     pub async fn force_release(&mut self, id: &str, resource: &str) -> LockResult<bool> {
         let lock = self.coordinator.coord_sync_lock();
         lock.call_force_release(&mut self.store, id, resource).await
+    }
+
+    /// `coord:sync/ephemeral.upsert`.
+    pub async fn upsert(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        key: &str,
+        value: &[u8],
+    ) -> EphemeralResult<ephemeral::Written> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.call_upsert(&mut self.store, space, tenant, key, value)
+            .await
+    }
+
+    /// `coord:sync/ephemeral.touch`.
+    pub async fn touch(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        key: &str,
+    ) -> EphemeralResult<bool> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.call_touch(&mut self.store, space, tenant, key).await
+    }
+
+    /// `coord:sync/ephemeral.delete`.
+    pub async fn delete(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        key: &str,
+    ) -> EphemeralResult<bool> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.call_delete(&mut self.store, space, tenant, key).await
+    }
+
+    /// `coord:sync/ephemeral.snapshot`.
+    pub async fn snapshot(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        prefix: Option<&str>,
+    ) -> EphemeralResult<ephemeral::TenantSnapshot> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.call_snapshot(&mut self.store, space, tenant, prefix)
+            .await
+    }
+
+    /// `coord:sync/ephemeral.watch`.
+    pub async fn watch(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        prefix: Option<&str>,
+        after: Option<u64>,
+    ) -> EphemeralResult<ephemeral::Watcher> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        let watcher = eph
+            .call_watch(&mut self.store, space, tenant, prefix, after)
+            .await?;
+        Ok(watcher.map(ephemeral::Watcher))
+    }
+
+    /// `watcher.next`: the next event, waiting up to `timeout_ms` for one.
+    pub async fn next_event(
+        &mut self,
+        watcher: &ephemeral::Watcher,
+        timeout_ms: u64,
+    ) -> EphemeralResult<Option<ephemeral::Event>> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.watcher()
+            .call_next(&mut self.store, watcher.0, timeout_ms)
+            .await
+    }
+
+    /// `watcher.revision`: where to resume this watch from.
+    pub async fn watch_revision(&mut self, watcher: &ephemeral::Watcher) -> wasmtime::Result<u64> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.watcher()
+            .call_revision(&mut self.store, watcher.0)
+            .await
+    }
+
+    /// Close a watch, freeing its state in the component.
+    pub async fn close_watch(&mut self, watcher: ephemeral::Watcher) -> wasmtime::Result<()> {
+        watcher.0.resource_drop_async(&mut self.store).await
     }
 }

@@ -8,7 +8,7 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 #[test]
-fn the_component_imports_only_the_store_and_randomness_and_exports_the_lock() {
+fn the_component_imports_only_the_store_and_randomness_and_exports_the_primitives() {
     let engine = Engine::new(&engine_config()).unwrap();
     let component = Component::new(&engine, COMPONENT).unwrap();
     let ty = component.component_type();
@@ -22,9 +22,13 @@ fn the_component_imports_only_the_store_and_randomness_and_exports_the_lock() {
         ["coord:sync/store@0.1.0", "wasi:random/random@0.2.0"],
         "no wasi:cli, no wasi:io"
     );
-    let exports: Vec<String> = ty
+    let mut exports: Vec<String> = ty
         .exports(&engine)
         .map(|(name, _)| name.to_string())
         .collect();
-    assert_eq!(exports, ["coord:sync/lock@0.1.0"]);
+    exports.sort();
+    assert_eq!(
+        exports,
+        ["coord:sync/ephemeral@0.1.0", "coord:sync/lock@0.1.0"]
+    );
 }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::fake::{CountingEntropy, FakeStore};
-use crate::store::{ChangesReply, ListReply, ReadReply, WriteReply};
+use crate::store::{ChangesReply, ListReply, ReadReply, StoreError, WriteReply};
 
 const T0: u64 = 1_000_000;
 
