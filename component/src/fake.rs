@@ -137,6 +137,15 @@ impl Store for &FakeStore {
             })
         })
     }
+    fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError> {
+        self.count();
+        Ok(self.with(partition, |p, now| p.meter(key, request, now)))
+    }
     fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
         self.count();
         self.waits.set(self.waits.get() + 1);

@@ -17,6 +17,11 @@ pub fn ephemeral_partition(space: &str, tenant: &str) -> String {
     partition("eph", space, tenant)
 }
 
+/// The partition holding rate limiter `id`'s count for `key`.
+pub fn ratelimit_partition(id: &str, key: &str) -> String {
+    partition("rl", id, key)
+}
+
 /// The key of the holder entry inside a lock partition.
 pub const LOCK_HOLDER_KEY: &str = "holder";
 

@@ -14,6 +14,8 @@
 //! - [`store`]: the store trait the logic runs over, mirroring `coord:sync/store`.
 //! - [`lock`]: the distributed lock (`coord:sync/lock`).
 //! - [`ephemeral`]: per-tenant entries with TTL, snapshot and watch (`coord:sync/ephemeral`).
+//! - [`ratelimit`]: sliding-window, fixed-window and token-bucket limits (`coord:sync/ratelimit`).
+//! - [`meter`]: the rate-limit algorithms, as the store runs them.
 //! - [`memory`]: the store semantics over plain memory, shared with the host.
 //! - [`keys`]: how names become store partitions, injectively.
 //! - [`validate`]: argument checks shared by every interface.
@@ -23,6 +25,8 @@ pub mod ephemeral;
 pub mod keys;
 pub mod lock;
 pub mod memory;
+pub mod meter;
+pub mod ratelimit;
 pub mod store;
 pub mod validate;
 

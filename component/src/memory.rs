@@ -9,7 +9,10 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::store::{Change, ChangeKind, Condition, Entry, Guard, Outcome, StoreError};
+use crate::meter::{self, MeterState, Write};
+use crate::store::{
+    Change, ChangeKind, Condition, Entry, Guard, MeterReply, MeterRequest, Outcome, StoreError,
+};
 
 /// How many changes a partition's feed keeps by default.
 pub const DEFAULT_HISTORY: usize = 1024;
@@ -23,6 +26,8 @@ pub struct Partition {
     history: usize,
     /// The feed holds every change with a greater revision than this.
     complete_after: u64,
+    /// Rate-limit meters: state and when it expires. Not entries: no revision, no feed.
+    meters: BTreeMap<String, (MeterState, u64)>,
 }
 
 impl Partition {
@@ -34,6 +39,7 @@ impl Partition {
             feed: VecDeque::new(),
             history: history.max(1),
             complete_after: 0,
+            meters: BTreeMap::new(),
         }
     }
 
@@ -47,14 +53,36 @@ impl Partition {
         self.entries.values().filter_map(|e| e.expires_at).min()
     }
 
-    /// Whether the partition holds no live entries (after a [`Partition::sweep`]).
+    /// Whether the partition holds no live entries and no meters.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.meters.is_empty()
+    }
+
+    /// Run the rate-limit meter on `key` at `now` (see [`meter::decide`]).
+    pub fn meter(&mut self, key: &str, request: &MeterRequest, now: u64) -> MeterReply {
+        let state = self
+            .meters
+            .get(key)
+            .filter(|(_, expires)| *expires > now)
+            .map(|(s, _)| *s);
+        let (reply, write) = meter::decide(state, request, now);
+        match write {
+            Write::Keep => {}
+            Write::Put(state, ttl) => {
+                self.meters
+                    .insert(key.to_string(), (state, now.saturating_add(ttl)));
+            }
+            Write::Delete => {
+                self.meters.remove(key);
+            }
+        }
+        reply
     }
 
     /// Expire every entry whose TTL has run out by `now`, recording an
     /// `expire` change for each, in the order they expired. Returns how many.
     pub fn sweep(&mut self, now: u64) -> usize {
+        self.meters.retain(|_, (_, expires)| *expires > now);
         let mut due: Vec<(u64, String)> = self
             .entries
             .iter()

@@ -7,7 +7,7 @@
 
 pub use crate::bindings::coord::sync::store::{
     Change, ChangeKind, ChangesReply, Condition, Entry, Error as StoreError, Guard, ListReply,
-    Outcome, ReadReply, WriteReply,
+    MeterAlgorithm, MeterMode, MeterReply, MeterRequest, Outcome, ReadReply, WriteReply,
 };
 
 /// Milliseconds on the store's clock.
@@ -47,6 +47,13 @@ pub trait Store {
     ) -> Result<WriteReply, StoreError>;
     /// Read the change feed after a revision.
     fn changes(&self, partition: &str, after: u64, max: u32) -> Result<ChangesReply, StoreError>;
+    /// Run a rate-limit meter on a key, atomically.
+    fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError>;
     /// Block until the partition changes after `after`, or the timeout passes.
     fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError>;
 }

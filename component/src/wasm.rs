@@ -13,9 +13,13 @@ use crate::bindings::exports::coord::sync::ephemeral::{
 use crate::bindings::exports::coord::sync::lock::{
     AcquireOptions, AcquireOutcome, Error, ExtendOutcome, Guest as LockGuest, HeldLock, Holder,
 };
+use crate::bindings::exports::coord::sync::ratelimit::{
+    self, Decision, Guest as RatelimitGuest, Limiter,
+};
 use crate::bindings::wasi::random::random;
 use crate::ephemeral::{Ephemeral, Watch};
 use crate::lock::Locks;
+use crate::ratelimit::RateLimits;
 use crate::store::*;
 
 /// The store the host provides, reached through the component's imports.
@@ -60,6 +64,14 @@ impl Store for HostStore {
     }
     fn changes(&self, partition: &str, after: u64, max: u32) -> Result<ChangesReply, StoreError> {
         host::changes(partition, after, max)
+    }
+    fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError> {
+        host::meter(partition, key, *request)
     }
     fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
         host::wait(partition, after, timeout_ms)
@@ -142,6 +154,22 @@ impl EphemeralGuest for Component {
     ) -> Result<ephemeral::Watcher, ephemeral::Error> {
         let watch = Ephemeral::new(HostStore).watch(&space, &tenant, prefix.as_deref(), after)?;
         Ok(ephemeral::Watcher::new(Watcher(RefCell::new(watch))))
+    }
+}
+
+impl RatelimitGuest for Component {
+    fn check(
+        limiter: Limiter,
+        key: String,
+        cost: Option<u32>,
+    ) -> Result<Decision, ratelimit::Error> {
+        RateLimits::new(HostStore).check(&limiter, &key, cost)
+    }
+    fn peek(limiter: Limiter, key: String) -> Result<Decision, ratelimit::Error> {
+        RateLimits::new(HostStore).peek(&limiter, &key)
+    }
+    fn reset(limiter: Limiter, key: String) -> Result<(), ratelimit::Error> {
+        RateLimits::new(HostStore).reset(&limiter, &key)
     }
 }
 

@@ -108,6 +108,37 @@ impl wit::Host for HostState {
         Ok(self.backend().changes(&partition, after, max).await?.into())
     }
 
+    async fn meter(
+        &mut self,
+        partition: String,
+        key: String,
+        request: wit::MeterRequest,
+    ) -> Result<wit::MeterReply, wit::Error> {
+        let request = b::MeterRequest {
+            algorithm: match request.algorithm {
+                wit::MeterAlgorithm::SlidingWindow => b::MeterAlgorithm::SlidingWindow,
+                wit::MeterAlgorithm::FixedWindow => b::MeterAlgorithm::FixedWindow,
+                wit::MeterAlgorithm::Gcra => b::MeterAlgorithm::Gcra,
+            },
+            limit: request.limit,
+            window_ms: request.window_ms,
+            cost: request.cost,
+            mode: match request.mode {
+                wit::MeterMode::Consume => b::MeterMode::Consume,
+                wit::MeterMode::Peek => b::MeterMode::Peek,
+                wit::MeterMode::Reset => b::MeterMode::Reset,
+            },
+        };
+        let r = self.backend().meter(&partition, &key, &request).await?;
+        Ok(wit::MeterReply {
+            allowed: r.allowed,
+            remaining: r.remaining,
+            reset_in_ms: r.reset_in_ms,
+            retry_after_ms: r.retry_after_ms,
+            now: r.now,
+        })
+    }
+
     async fn wait(
         &mut self,
         partition: String,

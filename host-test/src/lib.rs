@@ -63,6 +63,13 @@ pub mod ephemeral {
     pub struct Watcher(pub(crate) wasmtime::component::ResourceAny);
 }
 
+/// The rate limiter's types, as the host sees them (`coord:sync/ratelimit`).
+pub mod ratelimit {
+    pub use crate::bindings::exports::coord::sync::ratelimit::{
+        Algorithm, Decision, Error, InvalidArgument, Limiter,
+    };
+}
+
 /// The coord component (`coord.wasm`), built from `component/`.
 pub const COMPONENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/coord.wasm"));
 
@@ -143,6 +150,9 @@ pub type LockResult<T> = wasmtime::Result<Result<T, lock::Error>>;
 
 /// What an ephemeral call returns: a trap, or the interface's own result.
 pub type EphemeralResult<T> = wasmtime::Result<Result<T, ephemeral::Error>>;
+
+/// What a rate-limit call returns: a trap, or the interface's own result.
+pub type RatelimitResult<T> = wasmtime::Result<Result<T, ratelimit::Error>>;
 
 impl Instance {
     /// How many store calls this instance has made so far.
@@ -270,6 +280,33 @@ impl Instance {
         eph.watcher()
             .call_revision(&mut self.store, watcher.0)
             .await
+    }
+
+    /// `coord:sync/ratelimit.check`.
+    pub async fn check(
+        &mut self,
+        limiter: &ratelimit::Limiter,
+        key: &str,
+        cost: Option<u32>,
+    ) -> RatelimitResult<ratelimit::Decision> {
+        let rl = self.coordinator.coord_sync_ratelimit();
+        rl.call_check(&mut self.store, limiter, key, cost).await
+    }
+
+    /// `coord:sync/ratelimit.peek`.
+    pub async fn peek(
+        &mut self,
+        limiter: &ratelimit::Limiter,
+        key: &str,
+    ) -> RatelimitResult<ratelimit::Decision> {
+        let rl = self.coordinator.coord_sync_ratelimit();
+        rl.call_peek(&mut self.store, limiter, key).await
+    }
+
+    /// `coord:sync/ratelimit.reset`.
+    pub async fn reset(&mut self, limiter: &ratelimit::Limiter, key: &str) -> RatelimitResult<()> {
+        let rl = self.coordinator.coord_sync_ratelimit();
+        rl.call_reset(&mut self.store, limiter, key).await
     }
 
     /// Close a watch, freeing its state in the component.

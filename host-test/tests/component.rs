@@ -29,6 +29,10 @@ fn the_component_imports_only_the_store_and_randomness_and_exports_the_primitive
     exports.sort();
     assert_eq!(
         exports,
-        ["coord:sync/ephemeral@0.1.0", "coord:sync/lock@0.1.0"]
+        [
+            "coord:sync/ephemeral@0.1.0",
+            "coord:sync/lock@0.1.0",
+            "coord:sync/ratelimit@0.1.0"
+        ]
     );
 }

@@ -28,6 +28,8 @@ per_backend!(
     wait_is_woken_by_a_write,
     wait_times_out_on_the_stores_clock,
     wait_is_woken_by_an_expiry,
+    meter_answers_as_the_reference_algorithms_on_a_generated_trace,
+    meter_state_is_not_an_entry_and_makes_no_changes,
 );
 
 fn applied(reply: WriteReply) -> Entry {
@@ -399,4 +401,74 @@ async fn wait_is_woken_by_an_expiry(h: Harness) {
     let feed = h.backend.changes("p", e.revision, 10).await.unwrap();
     assert_eq!(feed.changes[0].kind, ChangeKind::Expire);
     assert_eq!(feed.changes[0].revision, revision);
+}
+
+async fn meter_answers_as_the_reference_algorithms_on_a_generated_trace(h: Harness) {
+    use coord_component::meter::{Write, decide};
+    for algorithm in [
+        MeterAlgorithm::SlidingWindow,
+        MeterAlgorithm::FixedWindow,
+        MeterAlgorithm::Gcra,
+    ] {
+        let partition = format!("meter-{algorithm:?}");
+        let (mut reference, mut now, mut seed) = (None, h.backend.now().await.unwrap(), 42u64);
+        for step in 0..300 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let advance = (seed >> 33) % 7 * 45; // 0 to 270 ms, often 0
+            h.advance(advance);
+            now += advance;
+            let mode = match (seed >> 50) % 16 {
+                0 => MeterMode::Reset,
+                1 | 2 => MeterMode::Peek,
+                _ => MeterMode::Consume,
+            };
+            let request = MeterRequest {
+                algorithm,
+                limit: 5,
+                window_ms: 1000,
+                cost: 1 + ((seed >> 40) % 3) as u32,
+                mode,
+            };
+            let got = h
+                .backend
+                .meter(&partition, "user:1", &request)
+                .await
+                .unwrap();
+            let (expected, write) = decide(reference, &request, now);
+            match write {
+                Write::Put(state, _) => reference = Some(state),
+                Write::Delete => reference = None,
+                Write::Keep => {}
+            }
+            assert_eq!(got, expected, "{algorithm:?} step {step}: {request:?}");
+        }
+    }
+}
+
+async fn meter_state_is_not_an_entry_and_makes_no_changes(h: Harness) {
+    let request = MeterRequest {
+        algorithm: MeterAlgorithm::SlidingWindow,
+        limit: 2,
+        window_ms: 1000,
+        cost: 1,
+        mode: MeterMode::Consume,
+    };
+    assert!(h.backend.meter("p", "k", &request).await.unwrap().allowed);
+    assert!(h.backend.meter("p", "k", &request).await.unwrap().allowed);
+    let third = h.backend.meter("p", "k", &request).await.unwrap();
+    assert!(!third.allowed, "the state is shared across calls");
+    assert_eq!(third.now, T0);
+    assert_eq!(h.backend.get("p", "k").await.unwrap().entry, None);
+    assert_eq!(h.backend.list("p", "").await.unwrap().entries, vec![]);
+    assert_eq!(h.backend.changes("p", 0, 10).await.unwrap().changes, vec![]);
+    assert!(
+        h.backend
+            .meter("other", "k", &request)
+            .await
+            .unwrap()
+            .allowed,
+        "per partition"
+    );
 }

@@ -527,3 +527,46 @@ async fn after_every_ttl_and_the_retention_pass_no_key_remains() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_rate_limit_key_expires_two_windows_after_its_last_use() {
+    bounded(async {
+        let (url, _server) = redis_url().await;
+        let config = redis_config(&url, 64, None);
+        let prefix = config.prefix.clone();
+        let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+        let limiter = coord_host::ratelimit::Limiter {
+            id: "inventory.exports".into(),
+            limit: 10,
+            window_ms: 5_000,
+            algorithm: None,
+        };
+        assert!(
+            i.check(&limiter, "user:1", None)
+                .await
+                .unwrap()
+                .unwrap()
+                .allowed
+        );
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}:*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 1, "one key per limited key: {keys:?}");
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&keys[0])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            ttl > 0 && ttl <= 10_000,
+            "the state outlives its two windows: PTTL {ttl}"
+        );
+    })
+    .await
+}

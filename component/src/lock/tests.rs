@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::fake::{CountingEntropy, FakeStore};
-use crate::store::{ChangesReply, ListReply, ReadReply, StoreError, WriteReply};
+use crate::store::{
+    ChangesReply, ListReply, MeterReply, MeterRequest, ReadReply, StoreError, WriteReply,
+};
 
 const T0: u64 = 1_000_000;
 
@@ -350,6 +352,9 @@ impl Store for Down {
         Err(down())
     }
     fn wait(&self, _: &str, _: u64, _: u64) -> Result<u64, StoreError> {
+        Err(down())
+    }
+    fn meter(&self, _: &str, _: &str, _: &MeterRequest) -> Result<MeterReply, StoreError> {
         Err(down())
     }
 }

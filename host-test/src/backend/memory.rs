@@ -18,17 +18,48 @@ use tokio::sync::watch;
 use super::*;
 use crate::clock::{Clock, SystemClock};
 
+/// How often, on the store's clock, every partition is swept: expiries are
+/// recorded (and their waiters woken) and unused rate-limit keys dropped.
+const SWEEP_EVERY_MS: u64 = 1000;
+
 /// A partition and the channel that tells waiters it changed.
 struct Slot {
     partition: Partition,
     mutations: watch::Sender<u64>,
 }
 
+impl Slot {
+    /// Record due expiries, waking waiters if any; whether to keep the slot.
+    fn sweep(&mut self, now: u64) -> bool {
+        if self.partition.sweep(now) > 0 {
+            self.mutations.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        self.worth_keeping()
+    }
+
+    /// A partition that never had an entry (a rate-limit key) is dropped
+    /// once its meter expires and nobody waits on it, so unused keys do not
+    /// accumulate. One that had entries is kept: its revisions must never
+    /// go back.
+    fn worth_keeping(&self) -> bool {
+        self.partition.revision() > 0
+            || !self.partition.is_empty()
+            || self.mutations.receiver_count() > 0
+    }
+}
+
+/// Every partition, and when they were last all swept.
+#[derive(Default)]
+struct Partitions {
+    map: HashMap<String, Slot>,
+    swept_at: u64,
+}
+
 /// The in-memory store, shared by every instance that holds it.
 pub struct MemoryBackend {
     clock: Arc<dyn Clock>,
     history: usize,
-    partitions: Mutex<HashMap<String, Slot>>,
+    partitions: Mutex<Partitions>,
 }
 
 impl Default for MemoryBackend {
@@ -48,15 +79,21 @@ impl MemoryBackend {
         MemoryBackend {
             clock,
             history,
-            partitions: Mutex::new(HashMap::new()),
+            partitions: Mutex::default(),
         }
+    }
+
+    /// How many partitions the store holds.
+    pub fn partitions(&self) -> usize {
+        self.partitions.lock().map_or(0, |p| p.map.len())
     }
 
     /// How many `wait` calls are blocked on `partition` right now. Lets a
     /// test know a waiter is asleep before it acts, instead of hoping.
     pub fn waiters(&self, partition: &str) -> usize {
         self.partitions.lock().map_or(0, |p| {
-            p.get(partition)
+            p.map
+                .get(partition)
                 .map_or(0, |slot| slot.mutations.receiver_count())
         })
     }
@@ -72,16 +109,26 @@ impl MemoryBackend {
         let mut partitions = self.partitions.lock().map_err(|_| {
             StoreError::Unavailable("the in-memory store's lock is poisoned".into())
         })?;
-        let slot = partitions.entry(name.to_string()).or_insert_with(|| Slot {
-            partition: Partition::new(self.history),
-            mutations: watch::Sender::new(0),
-        });
         let now = self.clock.now_ms();
+        if now >= partitions.swept_at.saturating_add(SWEEP_EVERY_MS) {
+            partitions.swept_at = now;
+            partitions.map.retain(|_, slot| slot.sweep(now));
+        }
+        let slot = partitions
+            .map
+            .entry(name.to_string())
+            .or_insert_with(|| Slot {
+                partition: Partition::new(self.history),
+                mutations: watch::Sender::new(0),
+            });
         let before = (slot.partition.revision(), slot.partition.next_expiry());
         slot.partition.sweep(now);
         let result = f(slot, now);
         if before != (slot.partition.revision(), slot.partition.next_expiry()) {
             slot.mutations.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        if !slot.worth_keeping() {
+            partitions.map.remove(name);
         }
         Ok((result, now))
     }
@@ -172,6 +219,15 @@ impl Backend for MemoryBackend {
             revision,
             now,
         })
+    }
+
+    async fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError> {
+        Ok(self.with(partition, |p, now| p.meter(key, request, now))?.0)
     }
 
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {

@@ -13,8 +13,8 @@ pub mod redis;
 
 use async_trait::async_trait;
 pub use coord_component::store::{
-    Change, ChangeKind, ChangesReply, Condition, Entry, Guard, ListReply, Millis, Outcome,
-    ReadReply, StoreError, WriteReply,
+    Change, ChangeKind, ChangesReply, Condition, Entry, Guard, ListReply, MeterAlgorithm,
+    MeterMode, MeterReply, MeterRequest, Millis, Outcome, ReadReply, StoreError, WriteReply,
 };
 
 /// A revisioned, partitioned key-value store with TTLs (`coord:sync/store`).
@@ -57,6 +57,13 @@ pub trait Backend: Send + Sync + 'static {
         after: u64,
         max: u32,
     ) -> Result<ChangesReply, StoreError>;
+    /// Run a rate-limit meter on a key, atomically, on the store's clock.
+    async fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError>;
     /// Block until the partition's revision exceeds `after` or the timeout passes.
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError>;
 }

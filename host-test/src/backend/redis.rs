@@ -35,8 +35,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::*;
 use crate::clock::{Clock, ManualClock};
 
-/// The Lua script that implements every partition operation.
+/// The Lua script that implements every partition operation but `meter`.
 const SCRIPT: &str = include_str!("redis.lua");
+/// The Lua script of `meter` (the rate limiter's one round trip).
+const METER_SCRIPT: &str = include_str!("meter.lua");
 
 /// The default longest sleep of a waiter between checks, in ms.
 pub const RECHECK_MS: u64 = 500;
@@ -97,6 +99,7 @@ type Waiters = Arc<Mutex<HashMap<String, Waiting>>>;
 pub struct RedisBackend {
     conn: ConnectionManager,
     sha: String,
+    meter_sha: String,
     config: RedisConfig,
     round_trips: AtomicU64,
     waiters: Waiters,
@@ -157,6 +160,7 @@ impl RedisBackend {
         let backend = RedisBackend {
             conn,
             sha: sha1_hex(SCRIPT),
+            meter_sha: sha1_hex(METER_SCRIPT),
             config: RedisConfig {
                 history: config.history.max(1),
                 ..config
@@ -224,6 +228,11 @@ impl RedisBackend {
     /// Send one request; after `NOSCRIPT` (a restarted or flushed server),
     /// load the script and send it again.
     async fn run(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
+        self.run_script(cmd, SCRIPT).await
+    }
+
+    /// [`RedisBackend::run`] for a call of `script`.
+    async fn run_script(&self, cmd: &Cmd, script: &str) -> Result<Vec<Value>, StoreError> {
         let mut conn = self.conn.clone();
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let reply = match cmd.query_async::<Value>(&mut conn).await {
@@ -231,7 +240,7 @@ impl RedisBackend {
                 self.round_trips.fetch_add(2, Ordering::Relaxed);
                 ::redis::cmd("SCRIPT")
                     .arg("LOAD")
-                    .arg(SCRIPT)
+                    .arg(script)
                     .query_async::<String>(&mut conn)
                     .await
                     .map_err(unavailable)?;
@@ -599,6 +608,46 @@ impl Backend for RedisBackend {
             changes,
             revision,
             now,
+        })
+    }
+
+    async fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError> {
+        let algorithm = match request.algorithm {
+            MeterAlgorithm::SlidingWindow => "sliding-window",
+            MeterAlgorithm::FixedWindow => "fixed-window",
+            MeterAlgorithm::Gcra => "gcra",
+        };
+        let mode = match request.mode {
+            MeterMode::Consume => "consume",
+            MeterMode::Peek => "peek",
+            MeterMode::Reset => "reset",
+        };
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(&self.meter_sha)
+            .arg(1)
+            .arg(format!("{}{key}", self.key(partition, "r:")));
+        match &self.config.test_clock {
+            Some(clock) => cmd.arg(clock.now_ms()),
+            None => cmd.arg(""),
+        };
+        cmd.arg(algorithm)
+            .arg(request.limit)
+            .arg(request.window_ms)
+            .arg(request.cost)
+            .arg(mode);
+        let reply = self.run_script(&cmd, METER_SCRIPT).await?;
+        let mut r = Reader::new(&reply);
+        Ok(MeterReply {
+            allowed: r.u64()? == 1,
+            remaining: u32::try_from(r.u64()?).map_err(|_| malformed("remaining"))?,
+            reset_in_ms: r.u64()?,
+            retry_after_ms: r.u64()?,
+            now: r.u64()?,
         })
     }
 

@@ -35,6 +35,11 @@ impl Harness {
         self.clock.advance(ms);
     }
 
+    /// The clock this harness moves.
+    pub fn clone_clock(&self) -> Arc<ManualClock> {
+        self.clock.clone()
+    }
+
     /// Return once `n` waiters are blocked in `wait` on `partition`.
     pub async fn until_waiting(&self, partition: &str, n: usize) {
         while (self.waiters)(partition) != n {
