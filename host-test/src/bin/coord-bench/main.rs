@@ -1,0 +1,151 @@
+//! `coord-bench`: the component against native Rust and against a bare Redis
+//! round trip, side by side in one run. Prints tables; see BENCHMARKS.md.
+//!
+//! `cargo run --release -p coord-host --bin coord-bench [-- --redis URL] [--quick]`
+//!
+//! "Native" is the same store operation called on the same backend straight
+//! from Rust, with no component in between: on Redis, the same scripts sent
+//! by the `redis` crate. The ratio component / native is the cost of the wasm
+//! boundary and the component's own work.
+
+mod measure;
+mod ops;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use coord_host::backend::Backend;
+use coord_host::backend::memory::MemoryBackend;
+use coord_host::backend::redis::{RedisBackend, RedisConfig};
+use coord_host::{COMPONENT, Runtime};
+use measure::{Stats, fmt_us};
+
+/// How hard to measure.
+#[derive(Clone, Copy)]
+pub struct Effort {
+    /// Operations per sample set at concurrency 1.
+    pub reps: usize,
+    /// Operations per task at concurrency 64.
+    pub per_task: usize,
+    /// Lock handoffs measured.
+    pub handoffs: usize,
+}
+
+#[tokio::main]
+async fn main() -> wasmtime::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let redis_url = args
+        .iter()
+        .position(|a| a == "--redis")
+        .map(|i| {
+            args.get(i + 1)
+                .cloned()
+                .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
+        })
+        .unwrap_or_else(|| {
+            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+        });
+    let effort = if quick {
+        Effort {
+            reps: 300,
+            per_task: 30,
+            handoffs: 20,
+        }
+    } else {
+        Effort {
+            reps: 3000,
+            per_task: 200,
+            handoffs: 100,
+        }
+    };
+    println!(
+        "coord-bench: {} cores; medians of {} operations per row\n",
+        num_cpus(),
+        effort.reps
+    );
+
+    instance_costs()?;
+
+    let memory: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
+    ops::per_operation("in memory", memory.clone(), None, effort).await?;
+
+    let config = RedisConfig {
+        prefix: format!("coordbench-{}", std::process::id()),
+        ..RedisConfig::new(redis_url.clone())
+    };
+    let redis = Arc::new(
+        RedisBackend::connect(config)
+            .await
+            .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?,
+    );
+    ops::per_operation(
+        "Redis (loopback)",
+        redis.clone(),
+        Some((redis.clone(), redis_url.clone())),
+        effort,
+    )
+    .await?;
+
+    ops::concurrency(memory.clone(), None, effort).await?;
+    ops::concurrency(redis.clone(), Some(redis_url.clone()), effort).await?;
+
+    ops::handoff("in memory", memory, None, effort).await?;
+    ops::handoff("Redis", redis, Some(redis_url), effort).await?;
+    Ok(())
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Compile, load and instantiate costs, and the component's size.
+fn instance_costs() -> wasmtime::Result<()> {
+    let engine = wasmtime::Engine::new(&coord_host::engine_config())?;
+    let mut compile = Stats::default();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let _ = wasmtime::component::Component::new(&engine, COMPONENT)?;
+        compile.push(start.elapsed());
+    }
+    let precompiled = engine.precompile_component(COMPONENT)?;
+    let mut load = Stats::default();
+    for _ in 0..50 {
+        let start = Instant::now();
+        // SAFETY: the bytes were produced just above by `precompile_component`
+        // of this same engine, in this process, and not modified since.
+        #[allow(unsafe_code)]
+        let _ = unsafe { wasmtime::component::Component::deserialize(&engine, &precompiled)? };
+        load.push(start.elapsed());
+    }
+    let runtime = Runtime::new(Arc::new(MemoryBackend::default()))?;
+    let rt = tokio::runtime::Handle::current();
+    let mut instantiate = Stats::default();
+    tokio::task::block_in_place(|| {
+        rt.block_on(async {
+            for _ in 0..2000 {
+                let start = Instant::now();
+                let instance = runtime.instantiate().await?;
+                instantiate.push(start.elapsed());
+                drop(instance);
+            }
+            Ok::<_, wasmtime::Error>(())
+        })
+    })?;
+    println!("Instance cost");
+    println!("  component size           {:>10} bytes", COMPONENT.len());
+    println!(
+        "  compile (Cranelift)      {:>10} ms (median of 5)",
+        format!("{:.1}", compile.median().as_secs_f64() * 1e3)
+    );
+    println!(
+        "  load precompiled         {:>10} µs (median of 50)",
+        fmt_us(load.median())
+    );
+    println!(
+        "  instantiate (InstancePre + pooling)  p50 {} µs, p99 {} µs (2000 instances)\n",
+        fmt_us(instantiate.median()),
+        fmt_us(instantiate.p99())
+    );
+    Ok(())
+}
