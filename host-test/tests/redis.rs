@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{RedisServer, bounded, redis_config, redis_url};
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
-use coord_host::backend::{Backend, ChangeKind, Condition, Outcome, StoreError};
+use coord_host::backend::{Backend, ChangeKind, Condition, Entry, Outcome, StoreError};
 use coord_host::lock::*;
 use coord_host::{Instance, Runtime};
 
@@ -32,6 +32,19 @@ async fn private_server() -> (RedisServer, Arc<RedisBackend>) {
         .await
         .unwrap();
     (server, Arc::new(backend))
+}
+
+/// Put `value` under `key` in partition `p` unconditionally; the entry written.
+async fn put(backend: &RedisBackend, key: &str, value: &[u8], ttl_ms: Option<u64>) -> Entry {
+    match backend
+        .put("p", key, value, ttl_ms, &Condition::Always)
+        .await
+        .unwrap()
+        .outcome
+    {
+        Outcome::Applied(e) => e,
+        other => panic!("an unconditional put was refused: {other:?}"),
+    }
 }
 
 fn no_wait(ttl_ms: u64) -> AcquireOptions {
@@ -343,28 +356,13 @@ async fn a_waiter_is_woken_by_the_published_change_not_by_its_recheck() {
             ..c
         })
         .await;
-        let e = match backend
-            .put("p", "k", b"v", None, &Condition::Always)
-            .await
-            .unwrap()
-            .outcome
-        {
-            Outcome::Applied(e) => e,
-            other => panic!("{other:?}"),
-        };
+        let e = put(&backend, "k", b"v", None).await;
         let b = backend.clone();
         let waiter = tokio::spawn(async move { b.wait("p", e.revision, 3_600_000).await });
         while backend.waiters("p") != 1 {
             tokio::task::yield_now().await;
         }
-        let Outcome::Applied(e2) = backend
-            .put("p", "k", b"w", None, &Condition::Always)
-            .await
-            .unwrap()
-            .outcome
-        else {
-            panic!("put failed");
-        };
+        let e2 = put(&backend, "k", b"w", None).await;
         assert_eq!(waiter.await.unwrap().unwrap(), e2.revision);
     })
     .await
@@ -379,15 +377,7 @@ async fn a_lost_notification_delays_a_waiter_only_until_its_recheck() {
         })
         .await;
         // A re-check every 50 ms bounds the delay of a notification that never comes.
-        let e = match backend
-            .put("p", "k", b"v", Some(60_000), &Condition::Always)
-            .await
-            .unwrap()
-            .outcome
-        {
-            Outcome::Applied(e) => e,
-            other => panic!("{other:?}"),
-        };
+        let e = put(&backend, "k", b"v", Some(60_000)).await;
         let b = backend.clone();
         let waiter = tokio::spawn(async move { b.wait("p", e.revision, 3_600_000).await });
         while backend.waiters("p") != 1 {

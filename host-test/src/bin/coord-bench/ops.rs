@@ -377,6 +377,74 @@ async fn time_native_extend(b: &dyn Backend, effort: Effort) -> wasmtime::Result
     Ok(s)
 }
 
+/// Run `tasks` tasks of `per_task` timed steps each; all samples and the
+/// overall rate. `task(t)` makes task `t`'s step function.
+async fn run_tasks<F, S, Fut>(
+    tasks: usize,
+    per_task: usize,
+    task: F,
+) -> wasmtime::Result<(Stats, f64)>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = wasmtime::Result<S>> + Send + 'static,
+    S: Step + Send + 'static,
+{
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let make = task(t);
+        handles.push(tokio::spawn(async move {
+            let mut step = make.await?;
+            let mut s = Stats::default();
+            for _ in 0..per_task {
+                let start = Instant::now();
+                step.step().await?;
+                s.push(start.elapsed());
+            }
+            Ok::<_, wasmtime::Error>(s)
+        }));
+    }
+    let mut all = Stats::default();
+    for h in handles {
+        all.extend(h.await??);
+    }
+    Ok((
+        all,
+        (tasks * per_task) as f64 / started.elapsed().as_secs_f64(),
+    ))
+}
+
+/// One timed operation of a concurrent task.
+trait Step {
+    /// Do it once.
+    fn step(&mut self) -> impl std::future::Future<Output = wasmtime::Result<()>> + Send;
+}
+
+/// An operation through a component instance of its own.
+struct ComponentStep(Op, Instance, String);
+/// The same operation on the backend, natively.
+struct NativeStep(Op, Arc<dyn Backend>, String);
+/// A bare PING.
+struct PingStep(Arc<RedisBackend>);
+
+impl Step for ComponentStep {
+    async fn step(&mut self) -> wasmtime::Result<()> {
+        component_op(self.0, &mut self.1, &self.2).await
+    }
+}
+
+impl Step for NativeStep {
+    async fn step(&mut self) -> wasmtime::Result<()> {
+        native_op(self.0, self.1.as_ref(), &self.2).await
+    }
+}
+
+impl Step for PingStep {
+    async fn step(&mut self) -> wasmtime::Result<()> {
+        self.0.ping().await.map_err(|e| failed(&format!("{e:?}")))
+    }
+}
+
 /// 64 concurrent instances (or native callers), each on its own key.
 pub async fn concurrency(
     backend: Arc<dyn Backend>,
@@ -394,48 +462,36 @@ pub async fn concurrency(
         "  {:<24} {:>5} {:>10} {:>9} {:>9}",
         "operation", "tasks", "ops/s", "p50", "p99"
     );
+    let row = |name: &str, tasks: usize, (all, rate): (Stats, f64)| {
+        println!(
+            "  {name:<24} {tasks:>5} {rate:>10.0} {:>9} {:>9}",
+            fmt_us(all.median()),
+            fmt_us(all.p99())
+        );
+    };
+    // One task does as many operations as eight of the 64 do.
+    let per_task = |tasks: usize| effort.per_task * if tasks == 1 { 8 } else { 1 };
     let runtime = Arc::new(Runtime::new(backend.clone())?);
     for op in [Op::Check, Op::AcquireRelease] {
         for tasks in [1, TASKS] {
-            for native in [false, true] {
-                let started = Instant::now();
-                let mut handles = Vec::new();
-                for t in 0..tasks {
-                    let (runtime, backend) = (runtime.clone(), backend.clone());
-                    let per_task = effort.per_task * if tasks == 1 { 8 } else { 1 };
-                    handles.push(tokio::spawn(async move {
-                        let mut s = Stats::default();
-                        let mut instance = if native {
-                            None
-                        } else {
-                            Some(runtime.instantiate().await?)
-                        };
-                        let key = format!("task-{t}");
-                        for _ in 0..per_task {
-                            let start = Instant::now();
-                            match instance.as_mut() {
-                                Some(i) => component_op(op, i, &key).await?,
-                                None => native_op(op, backend.as_ref(), &key).await?,
-                            }
-                            s.push(start.elapsed());
-                        }
-                        Ok::<_, wasmtime::Error>((s, per_task))
-                    }));
+            let component = run_tasks(tasks, per_task(tasks), |t| {
+                let runtime = runtime.clone();
+                async move {
+                    Ok(ComponentStep(
+                        op,
+                        runtime.instantiate().await?,
+                        format!("task-{t}"),
+                    ))
                 }
-                let (mut all, mut count) = (Stats::default(), 0);
-                for h in handles {
-                    let (s, n) = h.await??;
-                    all.extend(s);
-                    count += n;
-                }
-                let rate = count as f64 / started.elapsed().as_secs_f64();
-                let name = format!("{op:?} {}", if native { "native" } else { "component" });
-                println!(
-                    "  {name:<24} {tasks:>5} {rate:>10.0} {:>9} {:>9}",
-                    fmt_us(all.median()),
-                    fmt_us(all.p99())
-                );
-            }
+            })
+            .await?;
+            row(&format!("{op:?} component"), tasks, component);
+            let native = run_tasks(tasks, per_task(tasks), |t| {
+                let backend = backend.clone();
+                async move { Ok(NativeStep(op, backend, format!("task-{t}"))) }
+            })
+            .await?;
+            row(&format!("{op:?} native"), tasks, native);
         }
     }
     if let Some(url) = redis {
@@ -446,34 +502,12 @@ pub async fn concurrency(
                 .map_err(|e| failed(&format!("{e:?}")))?,
         );
         for tasks in [1, TASKS] {
-            let started = Instant::now();
-            let mut handles = Vec::new();
-            for _ in 0..tasks {
+            let ping = run_tasks(tasks, per_task(tasks), |_| {
                 let r = r.clone();
-                let per_task = effort.per_task * if tasks == 1 { 8 } else { 1 };
-                handles.push(tokio::spawn(async move {
-                    let mut s = Stats::default();
-                    for _ in 0..per_task {
-                        let start = Instant::now();
-                        r.ping().await.map_err(|e| failed(&format!("{e:?}")))?;
-                        s.push(start.elapsed());
-                    }
-                    Ok::<_, wasmtime::Error>((s, per_task))
-                }));
-            }
-            let (mut all, mut count) = (Stats::default(), 0);
-            for h in handles {
-                let (s, n) = h.await??;
-                all.extend(s);
-                count += n;
-            }
-            let rate = count as f64 / started.elapsed().as_secs_f64();
-            println!(
-                "  {:<24} {tasks:>5} {rate:>10.0} {:>9} {:>9}",
-                "PING",
-                fmt_us(all.median()),
-                fmt_us(all.p99())
-            );
+                async move { Ok(PingStep(r)) }
+            })
+            .await?;
+            row("PING", tasks, ping);
         }
     }
     println!();
