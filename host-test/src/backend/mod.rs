@@ -8,6 +8,7 @@
 //! The guarantees every method must keep are in `wit/store.wit`; the
 //! conformance suite in `tests/conformance.rs` checks them for each backend.
 
+pub mod faulty;
 pub mod memory;
 pub mod redis;
 
