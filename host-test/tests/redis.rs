@@ -560,3 +560,122 @@ async fn a_rate_limit_key_expires_two_windows_after_its_last_use() {
     })
     .await
 }
+
+/// A TCP proxy on loopback that forwards to a Redis server and can hold all
+/// traffic in both directions, as a stalled network or a paused server would.
+struct StallProxy {
+    port: u16,
+    stalled: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallProxy {
+    async fn start(upstream_port: u16) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stalled.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream_port)).await
+                else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                for (mut from, mut to) in [
+                    (
+                        Box::new(cr) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+                        Box::new(sw) as Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+                    ),
+                    (Box::new(sr), Box::new(cw)),
+                ] {
+                    let flag = flag.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            while flag.load(std::sync::atomic::Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                            if to.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        StallProxy { port, stalled }
+    }
+
+    fn stall(&self, on: bool) {
+        self.stalled.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_stall_longer_than_the_ttl_is_unavailable_and_the_late_holder_loses() {
+    bounded(async {
+        let server = RedisServer::spawn().expect("a private redis-server");
+        let port: u16 = server.url().rsplit(':').next().unwrap().parse().unwrap();
+        let proxy = StallProxy::start(port).await;
+        let via_proxy = RedisConfig {
+            response_timeout: Duration::from_millis(150),
+            ..redis_config(&format!("redis://127.0.0.1:{}", proxy.port), 64, None)
+        };
+        let prefix = via_proxy.prefix.clone();
+        let stalled_backend = Arc::new(RedisBackend::connect(via_proxy).await.unwrap());
+        let direct = RedisConfig {
+            prefix,
+            ..redis_config(&server.url(), 64, None)
+        };
+        let direct_backend = Arc::new(RedisBackend::connect(direct).await.unwrap());
+        let mut holder = Runtime::new(stalled_backend)
+            .unwrap()
+            .instantiate()
+            .await
+            .unwrap();
+        let mut rival = Runtime::new(direct_backend)
+            .unwrap()
+            .instantiate()
+            .await
+            .unwrap();
+
+        let lock = held(acquire(&mut holder, no_wait(300)).await);
+        proxy.stall(true);
+        // The holder cannot reach Redis: unavailable, never "extended" or "lost".
+        let extend = holder.extend(&lock, Some(10_000)).await.unwrap();
+        assert!(matches!(extend, Err(Error::Unavailable(_))), "{extend:?}");
+        // Its TTL runs out on Redis's clock; the rival, who can reach Redis, takes over.
+        let wait = AcquireOptions {
+            ttl_ms: Some(60_000),
+            wait: Some(WaitPolicy::Attempts(Retry {
+                max_attempts: 20,
+                delay_ms: 200,
+            })),
+        };
+        let taken = held(acquire(&mut rival, wait).await);
+        assert!(taken.fence > lock.fence);
+        proxy.stall(false);
+        // Back in touch, the late holder learns it lost the lock; the rival keeps it.
+        let release = loop {
+            match holder.release(&lock).await.unwrap() {
+                Err(Error::Unavailable(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                other => break other,
+            }
+        };
+        assert_eq!(release, Ok(false));
+        let holder_seen = rival
+            .inspect("inventory.stock", "item:1")
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(holder_seen.fence, taken.fence);
+    })
+    .await
+}
