@@ -679,3 +679,47 @@ async fn a_stall_longer_than_the_ttl_is_unavailable_and_the_late_holder_loses() 
     })
     .await
 }
+
+#[tokio::test]
+async fn an_entry_without_ttl_keeps_its_partition_until_it_is_gone() {
+    bounded(async {
+        let (url, _server) = redis_url().await;
+        let backend = RedisBackend::connect(redis_config(&url, 64, None))
+            .await
+            .unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        let ttls = |keys: Vec<String>, mut conn: redis::aio::MultiplexedConnection| async move {
+            let mut out = Vec::new();
+            for key in keys {
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                out.push((key, ttl));
+            }
+            out
+        };
+        let [m, e, _x, f, _w] = backend.keys("p");
+        put(&backend, "a", b"v", Some(1000)).await;
+        put(&backend, "forever", b"v", None).await;
+        for (key, ttl) in ttls(vec![m.clone(), e.clone(), f.clone()], conn.clone()).await {
+            assert_eq!(
+                ttl, -1,
+                "{key} must persist while an entry without TTL lives"
+            );
+        }
+        backend
+            .delete("p", "forever", &Condition::Always)
+            .await
+            .unwrap();
+        for (key, ttl) in ttls(vec![m, e, f], conn.clone()).await {
+            assert!(
+                ttl > 0,
+                "{key} got its TTL back once the entry without TTL was gone: {ttl}"
+            );
+        }
+    })
+    .await
+}

@@ -2,7 +2,10 @@
 --
 -- KEYS[1] meta    hash:   rev (latest revision), complete (the feed holds every
 --                         change after it), created (the floor this incarnation
---                         of the partition started from)
+--                         of the partition started from), until (the time the
+--                         keys' TTLs were last armed to, -1 while an entry
+--                         without TTL keeps them), maxexp (the latest expiry
+--                         ever given to an entry)
 -- KEYS[2] entries hash:   key -> "<revision>:<updated-at>:<expires-at or -1>:<value>"
 -- KEYS[3] expiry  zset:   key -> expires-at, for the sweep
 -- KEYS[4] feed    stream: one message per change, id "<revision>-0"
@@ -33,11 +36,17 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
-local meta = redis.call('HMGET', M, 'rev', 'complete', 'created')
+local meta = redis.call('HMGET', M, 'rev', 'complete', 'created', 'until', 'maxexp')
 local rev = tonumber(meta[1] or '0')
 local complete = tonumber(meta[2] or '0')
 local created = tonumber(meta[3] or '0')
+local armed_until = tonumber(meta[4] or '0')
+local maxexp = tonumber(meta[5] or '0')
 local dirty = false
+-- Whether the keys' TTLs must be (re)armed in this call: always for a new
+-- incarnation, and when Redis may have just created a key anew.
+local arm = rev == 0
+local ttl_less = false
 
 local function next_revision()
   local floor = now * 1000
@@ -81,9 +90,14 @@ local function store(e)
   redis.call('HSET', E, e[1], int(e[3]) .. ':' .. int(e[4]) .. ':' .. int(e[5]) .. ':' .. e[2])
   if e[5] >= 0 then
     redis.call('ZADD', X, int(e[5]), e[1])
+    maxexp = math.max(maxexp, e[5])
   else
     redis.call('ZREM', X, e[1])
+    ttl_less = true
   end
+  -- An emptied hash is deleted by Redis; one entry now means it was just
+  -- created again, without a TTL.
+  if redis.call('HLEN', E) == 1 then arm = true end
   dirty = true
 end
 
@@ -107,18 +121,30 @@ end
 -- the retention needs them, and wake the partition's waiters.
 local function finish(reply)
   if dirty then
-    redis.call('HSET', M, 'rev', int(rev), 'complete', int(complete), 'created', int(created))
-    local keep = retention
-    local last = redis.call('ZRANGE', X, -1, -1, 'WITHSCORES')
-    if #last > 0 then
-      keep = keep + math.max(tonumber(last[2]) - now, 0)
+    -- Keep the keys until the latest expiry plus the retention. Re-arming
+    -- costs four commands, so it is done only when the keys' TTLs would
+    -- otherwise fall short by more than half the retention (they still
+    -- outlive every entry by at least half of it), or a key is new.
+    local forever = ttl_less
+    if armed_until == -1 and not forever then
+      forever = redis.call('HLEN', E) > redis.call('ZCARD', X)
+      arm = arm or not forever
     end
-    local forever = redis.call('HLEN', E) > redis.call('ZCARD', X)
+    local command = nil
+    if forever then
+      if armed_until ~= -1 then command, armed_until = 'PERSIST', -1 end
+    else
+      local keep_until = math.max(maxexp, now) + retention
+      if arm or keep_until > armed_until + retention / 2 then command, armed_until = 'PEXPIRE', keep_until end
+    end
+    -- The meta hash first: a TTL cannot be set on a key that does not exist yet.
+    redis.call('HSET', M, 'rev', int(rev), 'complete', int(complete), 'created', int(created),
+      'until', int(armed_until), 'maxexp', int(maxexp))
     for _, k in ipairs({M, E, X, F}) do
-      if forever then
+      if command == 'PERSIST' then
         redis.call('PERSIST', k)
-      else
-        redis.call('PEXPIRE', k, int(keep))
+      elseif command == 'PEXPIRE' then
+        redis.call('PEXPIRE', k, int(armed_until - now))
       end
     end
     redis.call('PUBLISH', channel, int(rev))
