@@ -26,6 +26,32 @@ async fn shared_backend(
     (Arc::new(backend), server)
 }
 
+/// A backend on the shared Redis with its own prefix and `retention_ms`, an
+/// instance of the component on it, and the prefix and URL (to inspect keys).
+async fn with_retention(
+    retention_ms: u64,
+) -> (
+    Arc<RedisBackend>,
+    Instance,
+    String,
+    String,
+    Option<RedisServer>,
+) {
+    let (url, server) = redis_url().await;
+    let config = RedisConfig {
+        retention_ms,
+        ..redis_config(&url, 64, None)
+    };
+    let prefix = config.prefix.clone();
+    let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
+    let instance = Runtime::new(backend.clone())
+        .unwrap()
+        .instantiate()
+        .await
+        .unwrap();
+    (backend, instance, prefix, url, server)
+}
+
 async fn private_server() -> (RedisServer, Arc<RedisBackend>) {
     let server = RedisServer::spawn().expect("these tests start their own redis-server");
     let backend = RedisBackend::connect(redis_config(&server.url(), 64, None))
@@ -196,15 +222,7 @@ async fn every_key_of_a_partition_hashes_to_one_cluster_slot() {
 #[tokio::test]
 async fn every_key_carries_a_ttl_so_nothing_leaks() {
     bounded(async {
-        let (url, _server) = redis_url().await;
-        let config = RedisConfig {
-            retention_ms: 5_000,
-            ..redis_config(&url, 64, None)
-        };
-        let prefix = config.prefix.clone();
-        let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
-        let runtime = Runtime::new(backend.clone()).unwrap();
-        let mut i = runtime.instantiate().await.unwrap();
+        let (backend, mut i, prefix, url, _server) = with_retention(5_000).await;
         let lock = held(acquire(&mut i, no_wait(3_000)).await);
         assert!(i.release(&lock).await.unwrap().unwrap());
         held(acquire(&mut i, no_wait(3_000)).await);
@@ -477,17 +495,9 @@ async fn rediss_urls_reach_a_tls_only_server() {
 #[tokio::test]
 async fn after_every_ttl_and_the_retention_pass_no_key_remains() {
     bounded(async {
-        let (url, _server) = redis_url().await;
         // Redis's own key expiry runs on real time: a short TTL and retention
         // keep this to a fraction of a second.
-        let config = RedisConfig {
-            retention_ms: 50,
-            ..redis_config(&url, 64, None)
-        };
-        let prefix = config.prefix.clone();
-        let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
-        let runtime = Runtime::new(backend.clone()).unwrap();
-        let mut i = runtime.instantiate().await.unwrap();
+        let (backend, mut i, prefix, url, _server) = with_retention(50).await;
         held(acquire(&mut i, no_wait(50)).await);
         backend
             .put("eph", "a", b"v", Some(50), &Condition::Always)

@@ -125,24 +125,7 @@ async fn native_op(op: Op, b: &dyn Backend, n: &str) -> wasmtime::Result<()> {
     match op {
         Op::AcquireRelease => {
             let partition = keys::lock_partition(LOCK_ID, n);
-            let owner = b"0123456789abcdef0123456789abcdef";
-            let reply = b
-                .put(
-                    &partition,
-                    keys::LOCK_HOLDER_KEY,
-                    owner,
-                    Some(30_000),
-                    &Condition::Absent,
-                )
-                .await
-                .map_err(err)?;
-            let Outcome::Applied(entry) = reply.outcome else {
-                return Err(failed("busy"));
-            };
-            let guard = Condition::RevisionAndValue(Guard {
-                revision: entry.revision,
-                value: owner.to_vec(),
-            });
+            let guard = native_acquire(b, &partition).await?;
             b.delete(&partition, keys::LOCK_HOLDER_KEY, &guard)
                 .await
                 .map_err(err)?;
@@ -337,27 +320,33 @@ async fn time_extend(
     Ok((s, calls, trips as f64 / reps))
 }
 
-async fn time_native_extend(b: &dyn Backend, effort: Effort) -> wasmtime::Result<Stats> {
-    let partition = keys::lock_partition(LOCK_ID, "extend-native");
+/// A lock acquired natively, as the component would: create-if-absent with a
+/// TTL; the condition that only this holder satisfies.
+async fn native_acquire(b: &dyn Backend, partition: &str) -> wasmtime::Result<Condition> {
     let owner = b"0123456789abcdef0123456789abcdef";
-    let err = |e| failed(&format!("{e:?}"));
     let reply = b
         .put(
-            &partition,
+            partition,
             keys::LOCK_HOLDER_KEY,
             owner,
             Some(30_000),
             &Condition::Absent,
         )
         .await
-        .map_err(err)?;
+        .map_err(|e| failed(&format!("{e:?}")))?;
     let Outcome::Applied(entry) = reply.outcome else {
         return Err(failed("busy"));
     };
-    let guard = Condition::RevisionAndValue(Guard {
+    Ok(Condition::RevisionAndValue(Guard {
         revision: entry.revision,
         value: owner.to_vec(),
-    });
+    }))
+}
+
+async fn time_native_extend(b: &dyn Backend, effort: Effort) -> wasmtime::Result<Stats> {
+    let partition = keys::lock_partition(LOCK_ID, "extend-native");
+    let err = |e| failed(&format!("{e:?}"));
+    let guard = native_acquire(b, &partition).await?;
     let mut s = Stats::default();
     for _ in 0..effort.reps {
         let start = Instant::now();
