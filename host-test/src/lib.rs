@@ -92,7 +92,18 @@ impl Runtime {
     /// A component given as bytes (a `.wasm` component, or one precompiled by
     /// this engine's configuration) over `backend`.
     pub fn with_component(bytes: &[u8], backend: Arc<dyn Backend>) -> wasmtime::Result<Self> {
-        let engine = Engine::new(&engine_config())?;
+        Runtime::with_config(bytes, &engine_config(), backend)
+    }
+
+    /// A component given as bytes, compiled with an engine configuration of
+    /// the embedder's own (its pooling limits, or none, for example under a
+    /// profiler that cannot reserve the pool's address space).
+    pub fn with_config(
+        bytes: &[u8],
+        config: &Config,
+        backend: Arc<dyn Backend>,
+    ) -> wasmtime::Result<Self> {
+        let engine = Engine::new(config)?;
         let component = Component::new(&engine, bytes).context("loading the coord component")?;
         let mut linker = Linker::new(&engine);
         bindings::Coordinator::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;

@@ -3,6 +3,9 @@
 //!
 //! `cargo run --release -p coord-host --bin coord-bench [-- --redis URL] [--quick]`
 //!
+//! `coord-bench --profile-acquire N` runs only N in-memory acquire+release
+//! pairs through the component, for a profiler (see BENCHMARKS.md).
+//!
 //! "Native" is the same store operation called on the same backend straight
 //! from Rust, with no component in between: on Redis, the same scripts sent
 //! by the `redis` crate. The ratio component / native is the cost of the wasm
@@ -59,6 +62,12 @@ async fn main() -> wasmtime::Result<()> {
             handoffs: 100,
         }
     };
+    if let Some(i) = args.iter().position(|a| a == "--profile-acquire") {
+        // For `valgrind --tool=callgrind`: only in-memory acquire+release
+        // through the component, so the profile shows nothing else.
+        let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
+        return ops::profile_acquire(Arc::new(MemoryBackend::default()), n).await;
+    }
     println!(
         "coord-bench: {} cores; medians of {} operations per row\n",
         num_cpus(),

@@ -604,3 +604,20 @@ pub async fn handoff(
     );
     Ok(())
 }
+
+/// `n` acquire+release pairs through the component on `backend`, nothing else.
+pub async fn profile_acquire(backend: Arc<dyn Backend>, n: usize) -> wasmtime::Result<()> {
+    // No pooling and a small reservation: valgrind cannot map the pool's
+    // terabytes of address space. Per-call costs are what is profiled.
+    let mut config = wasmtime::Config::new();
+    config
+        .memory_reservation(64 << 20)
+        .memory_guard_size(64 << 10);
+    let runtime = Runtime::with_config(coord_host::COMPONENT, &config, backend)?;
+    let mut i = runtime.instantiate().await?;
+    for k in 0..n {
+        component_op(Op::AcquireRelease, &mut i, &format!("k{}", k % 100)).await?;
+    }
+    println!("{n} acquire+release pairs, {} store calls", i.store_calls());
+    Ok(())
+}
