@@ -1,0 +1,187 @@
+// The coord:sync/store capability for a JavaScript host, in memory: what
+// host-test/src/backend/memory.rs is for the wasmtime host, in one file.
+// Time is a clock the tests can move (`advance`); revisions, conditions,
+// TTLs, the bounded change feed with expire events and the rate-limit meter
+// follow wit/store.wit. JavaScript runs the component on one thread, so
+// `wait` cannot block: it returns at once (the contract allows an early
+// return; callers re-check).
+
+const HISTORY = 1024;
+let offset = 0n;
+const partitions = new Map();
+
+/** Move the store's clock forward by `ms` (a bigint or number). */
+export function advance(ms) {
+  offset += BigInt(ms);
+}
+
+function clock() {
+  return BigInt(Date.now()) + offset;
+}
+
+function partition(name) {
+  let p = partitions.get(name);
+  if (!p) {
+    p = { revision: 0n, entries: new Map(), feed: [], completeAfter: 0n, meters: new Map() };
+    partitions.set(name, p);
+  }
+  return p;
+}
+
+function record(p, kind, key, value, at) {
+  p.revision += 1n;
+  p.feed.push({ kind, key, value, revision: p.revision, at });
+  while (p.feed.length > HISTORY) p.completeAfter = p.feed.shift().revision;
+  return p.revision;
+}
+
+function sweep(p, now) {
+  const due = [...p.entries.values()]
+    .filter((e) => e.expiresAt !== undefined && e.expiresAt <= now)
+    .sort((a, b) => (a.expiresAt < b.expiresAt ? -1 : a.expiresAt > b.expiresAt ? 1 : a.key < b.key ? -1 : 1));
+  for (const e of due) {
+    p.entries.delete(e.key);
+    record(p, 'expire', e.key, new Uint8Array(), e.expiresAt);
+  }
+}
+
+function open(name) {
+  const now = clock();
+  const p = partition(name);
+  sweep(p, now);
+  return [p, now];
+}
+
+function equalBytes(a, b) {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+function holds(e, condition) {
+  switch (condition.tag) {
+    case 'always': return true;
+    case 'absent': return e === undefined;
+    case 'revision': return e !== undefined && e.revision === condition.val;
+    case 'revision-and-value':
+      return e !== undefined && e.revision === condition.val.revision && equalBytes(e.value, condition.val.value);
+  }
+  throw { tag: 'invalid', val: `condition: unknown tag ${condition.tag}` };
+}
+
+const copy = (e) => (e === undefined ? undefined : { ...e });
+
+export function now() {
+  return clock();
+}
+
+export function get(name, key) {
+  const [p, now] = open(name);
+  return { entry: copy(p.entries.get(key)), now };
+}
+
+export function list(name, prefix) {
+  const [p, now] = open(name);
+  const entries = [...p.entries.values()].filter((e) => e.key.startsWith(prefix)).sort((a, b) => (a.key < b.key ? -1 : 1));
+  return { entries: entries.map(copy), revision: p.revision, now };
+}
+
+export function put(name, key, value, ttlMs, condition) {
+  const [p, now] = open(name);
+  const current = p.entries.get(key);
+  if (!holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now };
+  const revision = record(p, 'put', key, value, now);
+  const entry = { key, value, revision, updatedAt: now, expiresAt: ttlMs === undefined ? undefined : now + ttlMs };
+  p.entries.set(key, entry);
+  return { outcome: { tag: 'applied', val: copy(entry) }, now };
+}
+
+function remove(name, key, condition) {
+  const [p, now] = open(name);
+  const current = p.entries.get(key);
+  if (current === undefined || !holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now };
+  p.entries.delete(key);
+  record(p, 'delete', key, new Uint8Array(), now);
+  return { outcome: { tag: 'applied', val: copy(current) }, now };
+}
+export { remove as delete };
+
+export function touch(name, key, ttlMs, condition) {
+  const [p, now] = open(name);
+  const current = p.entries.get(key);
+  if (current === undefined || !holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now };
+  current.expiresAt = now + ttlMs;
+  return { outcome: { tag: 'applied', val: copy(current) }, now };
+}
+
+export function changes(name, after, max) {
+  const [p, now] = open(name);
+  if (after < p.completeAfter || after > p.revision) throw { tag: 'history-gone', val: p.completeAfter };
+  const page = p.feed.filter((c) => c.revision > after).slice(0, max);
+  return { changes: page.map((c) => ({ ...c })), revision: p.revision, now };
+}
+
+export function wait(name) {
+  const [p] = open(name);
+  return p.revision;
+}
+
+// The rate-limit meter: component/src/meter.rs, in BigInt arithmetic.
+const max = (a, b) => (a > b ? a : b);
+const ceilDiv = (a, b) => (a + b - 1n) / b;
+
+function decide(state, algorithm, l, w, n, now) {
+  if (algorithm === 'fixed-window') {
+    const start = now - (now % w);
+    const count = state && state.a === start ? state.b : 0n;
+    const allowed = count + n <= l;
+    const before = max(l - count, 0n);
+    const resetIn = start + w - now;
+    return { allowed, after: allowed ? l - count - n : before, before, resetIn, retry: allowed ? 0n : resetIn,
+      next: { a: start, b: count + n, c: 0n }, ttl: resetIn };
+  }
+  if (algorithm === 'sliding-window') {
+    const windowStart = now - (now % w);
+    let [start, curr, prev] = state ? [state.a, state.b, state.c] : [windowStart, 0n, 0n];
+    if (start !== windowStart) {
+      prev = windowStart === start + w ? curr : 0n;
+      curr = 0n;
+      start = windowStart;
+    }
+    const estimate = prev * (w - (now - start)) + curr * w;
+    const allowed = estimate + n * w <= l * w;
+    const before = max(l * w - estimate, 0n) / w;
+    let retry = 0n;
+    if (!allowed) {
+      const room = l - n - curr;
+      const t = room >= 0n && prev > 0n ? start + w - (room * w) / prev : undefined;
+      if (t !== undefined && t < start + w) retry = max(t - now, 0n);
+      else retry = start + w + (curr === 0n ? 0n : max(w - ((l - n) * w) / curr, 0n)) - now;
+    }
+    return { allowed, after: allowed ? (l * w - estimate - n * w) / w : before, before, resetIn: start + w - now, retry,
+      next: { a: start, b: curr + n, c: prev }, ttl: start + 2n * w - now };
+  }
+  let [tat, frac] = state ? [state.a, state.b] : [0n, 0n];
+  if (tat < now) [tat, frac] = [now, 0n];
+  const used = (tat - now) * l + frac;
+  const increment = n * w;
+  let [nextTat, nextFrac] = [tat + increment / l, frac + (increment % l)];
+  if (nextFrac >= l) [nextTat, nextFrac] = [nextTat + 1n, nextFrac - l];
+  const usedAfter = (nextTat - now) * l + nextFrac;
+  const capacity = w * l;
+  const allowed = usedAfter <= capacity;
+  const before = max(capacity - used, 0n) / w;
+  return { allowed, after: allowed ? (capacity - usedAfter) / w : before, before,
+    resetIn: ceilDiv(allowed ? usedAfter : used, l), retry: allowed ? 0n : ceilDiv(usedAfter - capacity, l),
+    next: { a: nextTat, b: nextFrac, c: 0n }, ttl: ceilDiv(usedAfter, l) };
+}
+
+export function meter(name, key, request) {
+  const [p, now] = open(name);
+  const stored = p.meters.get(key);
+  const live = request.mode !== 'reset' && stored && stored.expiresAt > now ? stored.state : undefined;
+  const l = BigInt(request.limit);
+  const d = decide(live, request.algorithm, l, request.windowMs, BigInt(request.cost), now);
+  if (request.mode === 'reset') p.meters.delete(key);
+  else if (request.mode === 'consume' && d.allowed) p.meters.set(key, { state: d.next, expiresAt: now + max(d.ttl, 1n) });
+  const remaining = request.mode !== 'consume' && d.allowed ? d.before : d.after;
+  return { allowed: d.allowed, remaining: Number(remaining), resetInMs: d.resetIn, retryAfterMs: d.retry, now };
+}
