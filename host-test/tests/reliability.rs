@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use common::Harness;
+use common::{Harness, history};
 use coord_component::keys::{LOCK_HOLDER_KEY, lock_partition};
 use coord_host::backend::Backend;
 use coord_host::backend::faulty::FaultyBackend;
@@ -24,6 +24,8 @@ const HISTORY: usize = 1024;
 per_backend!(
     fenced_writes_stay_safe_under_contention_and_expiring_holders,
     injected_store_faults_never_grant_wrongly_and_work_resumes,
+    lock_histories_are_linearizable,
+    rate_limit_histories_are_linearizable,
 );
 
 /// A deterministic pseudo-random sequence.
@@ -316,4 +318,243 @@ async fn assert_holds(store: &dyn Backend, lock: &HeldLock) {
             lock.expires_at
         ),
     }
+}
+
+/// The lock as a sequential model: who holds it, and the highest fence given.
+struct LockModel;
+
+#[derive(Debug, Clone)]
+enum LockIn {
+    Acquire,
+    Release(u64),
+}
+
+#[derive(Debug, Clone)]
+enum LockOut {
+    Acquired(u64),
+    Busy(u64),
+    Released(bool),
+}
+
+impl history::Model for LockModel {
+    type State = (Option<u64>, u64);
+    type Input = LockIn;
+    type Output = LockOut;
+
+    fn init(&self) -> Self::State {
+        (None, 0)
+    }
+
+    fn step(
+        &self,
+        &(holder, highest): &Self::State,
+        input: &LockIn,
+        output: &LockOut,
+    ) -> Option<Self::State> {
+        match (input, output) {
+            (LockIn::Acquire, LockOut::Acquired(f)) => {
+                (holder.is_none() && *f > highest).then_some((Some(*f), *f))
+            }
+            (LockIn::Acquire, LockOut::Busy(f)) => {
+                (holder == Some(*f)).then_some((holder, highest))
+            }
+            (LockIn::Release(f), LockOut::Released(true)) => {
+                (holder == Some(*f)).then_some((None, highest))
+            }
+            (LockIn::Release(f), LockOut::Released(false)) => {
+                (holder != Some(*f)).then_some((holder, highest))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A fixed-window limit with a frozen clock as a sequential model: units counted.
+struct LimitModel(u32);
+
+impl history::Model for LimitModel {
+    type State = u32;
+    type Input = u32;
+    type Output = bool;
+
+    fn init(&self) -> u32 {
+        0
+    }
+
+    fn step(&self, &count: &u32, &cost: &u32, &allowed: &bool) -> Option<u32> {
+        let fits = count + cost <= self.0;
+        (fits == allowed).then_some(if allowed { count + cost } else { count })
+    }
+}
+
+async fn lock_histories_are_linearizable(h: Harness) {
+    const CLIENTS: u64 = 6;
+    const ROUNDS: usize = 5;
+    let runtime = Arc::new(Runtime::new(h.backend.clone()).unwrap());
+    // Several short histories: the search is exponential in the worst case.
+    for round in 0..4 {
+        let recorder = Arc::new(history::Recorder::<LockIn, LockOut>::default());
+        let mut tasks = Vec::new();
+        for c in 0..CLIENTS {
+            let (runtime, recorder) = (runtime.clone(), recorder.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = runtime.instantiate().await.unwrap();
+                let mut rng = Lcg(c * 31 + round);
+                for _ in 0..ROUNDS {
+                    let t = recorder.invoke();
+                    let options = AcquireOptions {
+                        ttl_ms: Some(60_000),
+                        wait: Some(WaitPolicy::NoWait),
+                    };
+                    match i
+                        .acquire("stock", &format!("hist-{round}"), options)
+                        .await
+                        .unwrap()
+                        .unwrap()
+                    {
+                        AcquireOutcome::Acquired(lock) => {
+                            recorder.returned(t, LockIn::Acquire, LockOut::Acquired(lock.fence));
+                            for _ in 0..rng.below(4) {
+                                tokio::task::yield_now().await;
+                            }
+                            let t = recorder.invoke();
+                            let released = i.release(&lock).await.unwrap().unwrap();
+                            recorder.returned(
+                                t,
+                                LockIn::Release(lock.fence),
+                                LockOut::Released(released),
+                            );
+                            // A second, stale release must be refused.
+                            let t = recorder.invoke();
+                            let again = i.release(&lock).await.unwrap().unwrap();
+                            recorder.returned(
+                                t,
+                                LockIn::Release(lock.fence),
+                                LockOut::Released(again),
+                            );
+                        }
+                        AcquireOutcome::Busy(holder) => {
+                            recorder.returned(t, LockIn::Acquire, LockOut::Busy(holder.fence))
+                        }
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let history = Arc::try_unwrap(recorder).ok().unwrap().history();
+        assert!(
+            history::linearizable(&LockModel, &history),
+            "not linearizable: {history:#?}"
+        );
+    }
+}
+
+async fn rate_limit_histories_are_linearizable(h: Harness) {
+    let runtime = Arc::new(Runtime::new(h.backend.clone()).unwrap());
+    let recorder = Arc::new(history::Recorder::<u32, bool>::default());
+    let mut tasks = Vec::new();
+    for c in 0..6u64 {
+        let (runtime, recorder) = (runtime.clone(), recorder.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = runtime.instantiate().await.unwrap();
+            let mut rng = Lcg(c + 5);
+            let limiter = Limiter {
+                id: "hist".into(),
+                limit: 12,
+                window_ms: 3_600_000,
+                algorithm: Some(Algorithm::FixedWindow),
+            };
+            for _ in 0..8 {
+                let cost = 1 + rng.below(3) as u32;
+                let t = recorder.invoke();
+                let d = i.check(&limiter, "k", Some(cost)).await.unwrap().unwrap();
+                recorder.returned(t, cost, d.allowed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let history = Arc::try_unwrap(recorder).ok().unwrap().history();
+    assert!(
+        history::linearizable(&LimitModel(12), &history),
+        "not linearizable: {history:#?}"
+    );
+}
+
+#[test]
+fn the_history_checker_rejects_what_no_order_explains() {
+    use history::Op;
+    // Two acquisitions that overlap in time both "acquired": no order works.
+    let both = vec![
+        Op {
+            invoked: 0,
+            returned: 3,
+            input: LockIn::Acquire,
+            output: LockOut::Acquired(5),
+        },
+        Op {
+            invoked: 1,
+            returned: 2,
+            input: LockIn::Acquire,
+            output: LockOut::Acquired(6),
+        },
+    ];
+    assert!(!history::linearizable(&LockModel, &both));
+    // A fence that goes backwards after a release.
+    let backwards = vec![
+        Op {
+            invoked: 0,
+            returned: 1,
+            input: LockIn::Acquire,
+            output: LockOut::Acquired(5),
+        },
+        Op {
+            invoked: 2,
+            returned: 3,
+            input: LockIn::Release(5),
+            output: LockOut::Released(true),
+        },
+        Op {
+            invoked: 4,
+            returned: 5,
+            input: LockIn::Acquire,
+            output: LockOut::Acquired(4),
+        },
+    ];
+    assert!(!history::linearizable(&LockModel, &backwards));
+    // Allowed past the limit.
+    let over = vec![
+        Op {
+            invoked: 0,
+            returned: 1,
+            input: 2,
+            output: true,
+        },
+        Op {
+            invoked: 0,
+            returned: 1,
+            input: 2,
+            output: true,
+        },
+    ];
+    assert!(!history::linearizable(&LimitModel(3), &over));
+    // And a concurrent pair that only one order explains is accepted.
+    let racing = vec![
+        Op {
+            invoked: 0,
+            returned: 3,
+            input: LockIn::Acquire,
+            output: LockOut::Busy(7),
+        },
+        Op {
+            invoked: 1,
+            returned: 2,
+            input: LockIn::Acquire,
+            output: LockOut::Acquired(7),
+        },
+    ];
+    assert!(history::linearizable(&LockModel, &racing));
 }

@@ -13,6 +13,7 @@ use coord_host::backend::memory::MemoryBackend;
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::clock::ManualClock;
 
+pub mod history;
 mod redis_server;
 pub use redis_server::{RedisServer, redis_url};
 
