@@ -733,3 +733,139 @@ async fn an_entry_without_ttl_keeps_its_partition_until_it_is_gone() {
     })
     .await
 }
+
+#[tokio::test]
+async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    bounded(async {
+        let (mut server, backend) = private_server().await;
+        let url = server.url();
+        let runtime = Arc::new(Runtime::new(backend).unwrap());
+        // The external system: per resource the highest fence seen; a write
+        // with a lower one is refused, so work done under a lock that Redis
+        // forgot is still ordered.
+        let register: Arc<Mutex<HashMap<String, (u64, u64)>>> = Arc::default();
+        let fences: Arc<Mutex<HashSet<(String, u64)>>> = Arc::default();
+        let (stop, unavailable, accepted) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let mut workers = Vec::new();
+        for w in 0..8u64 {
+            let (runtime, register, fences) = (runtime.clone(), register.clone(), fences.clone());
+            let (stop, unavailable, accepted) =
+                (stop.clone(), unavailable.clone(), accepted.clone());
+            workers.push(tokio::spawn(async move {
+                let mut i = runtime.instantiate().await.unwrap();
+                let mut n = w;
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    let resource = format!("item:{}", n % 3);
+                    let options = AcquireOptions {
+                        ttl_ms: Some(2_000),
+                        wait: Some(WaitPolicy::NoWait),
+                    };
+                    let lock = match i.acquire("stock", &resource, options).await.unwrap() {
+                        Ok(AcquireOutcome::Acquired(lock)) => lock,
+                        Ok(AcquireOutcome::Busy(_)) => continue,
+                        Err(Error::Unavailable(_)) => {
+                            unavailable.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            continue;
+                        }
+                        Err(other) => panic!("faults must surface as unavailable, got {other:?}"),
+                    };
+                    assert!(
+                        fences
+                            .lock()
+                            .unwrap()
+                            .insert((resource.clone(), lock.fence)),
+                        "a fence was reused"
+                    );
+                    {
+                        let mut cells = register.lock().unwrap();
+                        let (value, highest) = cells.entry(resource.clone()).or_default();
+                        if lock.fence >= *highest {
+                            *highest = lock.fence;
+                            *value += 1;
+                            accepted.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    match i.release(&lock).await.unwrap() {
+                        Ok(_) => {}
+                        Err(Error::Unavailable(_)) => {
+                            unavailable.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(other) => panic!("faults must surface as unavailable, got {other:?}"),
+                    }
+                }
+            }));
+        }
+        let client = redis::Client::open(url.as_str()).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for _ in 0..3 {
+            // Kill every client connection while the workers run...
+            let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+            let _: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .arg("SKIPME")
+                .arg("yes")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // ...then restart Redis empty under them.
+        server.stop();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        server.start().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.store(true, Ordering::SeqCst);
+        for w in workers {
+            w.await.unwrap();
+        }
+        let total: u64 = register.lock().unwrap().values().map(|(v, _)| v).sum();
+        assert_eq!(total, accepted.load(Ordering::SeqCst));
+        assert!(
+            unavailable.load(Ordering::SeqCst) > 0,
+            "the faults were seen"
+        );
+        // Work resumes: every resource can be taken and given back.
+        let mut i = runtime.instantiate().await.unwrap();
+        for r in 0..3 {
+            let options = AcquireOptions {
+                ttl_ms: Some(1000),
+                wait: Some(WaitPolicy::Attempts(Retry {
+                    max_attempts: 30,
+                    delay_ms: 200,
+                })),
+            };
+            let lock = loop {
+                match i
+                    .acquire("stock", &format!("item:{r}"), options)
+                    .await
+                    .unwrap()
+                {
+                    Ok(AcquireOutcome::Acquired(lock)) => break lock,
+                    Err(Error::Unavailable(_)) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await
+                    }
+                    other => panic!("after recovery: {other:?}"),
+                }
+            };
+            assert!(i.release(&lock).await.unwrap().unwrap());
+        }
+        eprintln!(
+            "mid-run faults: {} writes accepted, {} calls unavailable, {} distinct fences",
+            accepted.load(Ordering::SeqCst),
+            unavailable.load(Ordering::SeqCst),
+            fences.lock().unwrap().len()
+        );
+    })
+    .await
+}
