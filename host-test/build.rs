@@ -1,10 +1,12 @@
 //! Builds the coord component before the host that embeds it.
 //!
-//! The guest crate (`component/`) is compiled for `wasm32-unknown-unknown`
+//! The guest crates (`component/`, and the example edge function in
+//! `examples/inventory-fn/`) are compiled for `wasm32-unknown-unknown`
 //! with a nested `cargo build` into its own target directory (sharing the
-//! outer one would deadlock on its lock), then wrapped into a component with
-//! `wit-component`. The result is embedded by `coord_host::COMPONENT` and
-//! also written to `target/coord.wasm` for tools (`wasm-tools component wit`).
+//! outer one would deadlock on its lock), then wrapped into components with
+//! `wit-component`. They are embedded (`coord_host::COMPONENT`,
+//! `coord_host::serve::INVENTORY_FUNCTION`) and also written to
+//! `target/coord.wasm` and `target/inventory-fn.wasm` for tools and commands.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,7 +16,15 @@ fn main() -> anyhow::Result<()> {
     let root = manifest_dir
         .parent()
         .ok_or_else(|| anyhow::anyhow!("host-test has no parent directory"))?;
-    for watched in ["component/src", "component/Cargo.toml", "wit", "Cargo.toml"] {
+    for watched in [
+        "component/src",
+        "component/Cargo.toml",
+        "examples/inventory-fn/src",
+        "examples/inventory-fn/wit",
+        "examples/inventory-fn/Cargo.toml",
+        "wit",
+        "Cargo.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
@@ -26,6 +36,7 @@ fn main() -> anyhow::Result<()> {
     let status = Command::new(cargo)
         .current_dir(root)
         .args(["build", "--release", "--locked", "-p", "coord-component"])
+        .args(["-p", "coord-inventory-fn"])
         .args(["--target", "wasm32-unknown-unknown", "--target-dir"])
         .arg(&guest_target)
         // The outer build's wrappers (clippy, coverage) and flags are for the host, not the guest.
@@ -40,11 +51,16 @@ fn main() -> anyhow::Result<()> {
         "building the guest crate failed: {status}"
     );
 
-    let module_path = guest_target.join("wasm32-unknown-unknown/release/coord_component.wasm");
-    let component = encode(&module_path)?;
-    let out = PathBuf::from(std::env::var("OUT_DIR")?).join("coord.wasm");
-    std::fs::write(&out, &component)?;
-    std::fs::write(target_dir.join("coord.wasm"), &component)?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let release = guest_target.join("wasm32-unknown-unknown/release");
+    for (module, component) in [
+        ("coord_component.wasm", "coord.wasm"),
+        ("coord_inventory_fn.wasm", "inventory-fn.wasm"),
+    ] {
+        let encoded = encode(&release.join(module))?;
+        std::fs::write(out_dir.join(component), &encoded)?;
+        std::fs::write(target_dir.join(component), &encoded)?;
+    }
     Ok(())
 }
 

@@ -32,7 +32,9 @@
 pub mod backend;
 mod bindings;
 pub mod clock;
+pub mod compose;
 mod host;
+pub mod serve;
 
 use std::sync::Arc;
 

@@ -1,8 +1,9 @@
 //! `coord`: the command line of the coord host.
 //!
-//! `coord demo` runs the main job on the embedded default (the in-memory
-//! store); `coord demo --redis URL` runs it on Redis, where several `coord`
-//! processes contend for the same locks and write the same inventory.
+//! `coord serve` runs an edge function over HTTP (the built-in inventory
+//! example by default) with the in-memory store, or Redis when asked;
+//! `coord compose` writes a function composed with the coord component;
+//! `coord demo` shows component instances contending for locks in one process.
 
 mod demo;
 mod inventory;
@@ -13,34 +14,108 @@ use std::sync::Arc;
 use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
+use coord_host::serve::Server;
 
 const USAGE: &str = "\
-usage: coord demo [--redis [URL]]
+usage: coord serve [FUNCTION.wasm] [--redis [URL]] [--prefix NAME] [--listen ADDR]
+       coord compose FUNCTION.wasm -o OUT.wasm
+       coord demo [--redis [URL]]
        coord help
 
+  serve            run a wasi:http edge function, one instance per request:
+                   FUNCTION.wasm, else the built-in inventory example; a
+                   function importing coord:sync/lock, ephemeral or ratelimit
+                   is composed with the coord component first
+  --listen ADDR    where to listen (default 127.0.0.1:8080)
+  --redis [URL]    keep coordination state in Redis instead of in memory:
+                   URL, else $REDIS_URL, else redis://127.0.0.1:6379
+                   (rediss:// for TLS); processes on one Redis share it
+  --prefix NAME    the first part of every Redis key (default coord)
+  compose          plug the coord component into FUNCTION.wasm and write the
+                   result, which imports only the store and what the
+                   function itself imports
   demo             component instances contend for inventory locks, on the
-                   in-memory store by default
-  --redis [URL]    use Redis instead: URL, else $REDIS_URL, else
-                   redis://127.0.0.1:6379 (rediss:// for TLS)";
+                   in-memory store by default";
 
-/// Where the demo keeps its locks and its inventory.
+/// Where coordination state lives.
 pub enum Target {
     /// One process, in memory.
     Memory,
     /// A Redis server shared by every process pointed at it.
-    Redis(String),
+    Redis {
+        /// The server's URL.
+        url: String,
+        /// The key prefix.
+        prefix: String,
+    },
 }
 
-fn parse(args: &[String]) -> Option<Target> {
-    match args {
-        [demo] if demo == "demo" => Some(Target::Memory),
-        [demo, flag] if demo == "demo" && flag == "--redis" => Some(Target::Redis(
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
-        )),
-        [demo, flag, url] if demo == "demo" && flag == "--redis" => {
-            Some(Target::Redis(url.clone()))
+/// A parsed command line.
+enum Command {
+    Demo(Target),
+    Serve {
+        function: Option<String>,
+        target: Target,
+        listen: String,
+    },
+    Compose {
+        function: String,
+        out: String,
+    },
+}
+
+fn parse(args: &[String]) -> Result<Command, String> {
+    let (command, rest) = args.split_first().ok_or("no command given")?;
+    let mut function = None;
+    let mut out = None;
+    let mut redis = None;
+    let mut prefix = None;
+    let mut listen = None;
+    let mut rest = rest.iter().peekable();
+    while let Some(arg) = rest.next() {
+        let mut value = |flag: &str| {
+            rest.next_if(|next| !next.starts_with("--"))
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match arg.as_str() {
+            "--redis" => {
+                // The URL is optional: take the next argument only if it is one.
+                let url = rest.next_if(|next| next.contains("://")).cloned();
+                redis = Some(url.unwrap_or_else(|| {
+                    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+                }));
+            }
+            "--prefix" => prefix = Some(value("--prefix")?),
+            "--listen" => listen = Some(value("--listen")?),
+            "-o" | "--out" => out = Some(value("-o")?),
+            flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
+            path if function.is_none() => function = Some(path.to_string()),
+            extra => return Err(format!("unexpected argument {extra}")),
         }
-        _ => None,
+    }
+    let target = match redis {
+        Some(url) => Target::Redis {
+            url,
+            prefix: prefix.unwrap_or_else(|| "coord".into()),
+        },
+        None if prefix.is_some() => return Err("--prefix needs --redis".into()),
+        None => Target::Memory,
+    };
+    match command.as_str() {
+        "demo" if function.is_none() && listen.is_none() && out.is_none() => {
+            Ok(Command::Demo(target))
+        }
+        "serve" if out.is_none() => Ok(Command::Serve {
+            function,
+            target,
+            listen: listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
+        }),
+        "compose" if listen.is_none() && matches!(target, Target::Memory) => Ok(Command::Compose {
+            function: function.ok_or("compose needs FUNCTION.wasm")?,
+            out: out.ok_or("compose needs -o OUT.wasm")?,
+        }),
+        other => Err(format!("unknown command or options for {other}")),
     }
 }
 
@@ -54,36 +129,105 @@ async fn main() -> ExitCode {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    let Some(target) = parse(&args) else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
+    let command = match parse(&args) {
+        Ok(command) => command,
+        Err(why) => {
+            eprintln!("coord: {why}\n{USAGE}");
+            return ExitCode::from(2);
+        }
     };
-    match run(target).await {
+    let outcome = match command {
+        Command::Demo(target) => demo(target).await,
+        Command::Serve {
+            function,
+            target,
+            listen,
+        } => serve(function, target, &listen).await,
+        Command::Compose { function, out } => compose(&function, &out),
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("coord: {e}");
+            eprintln!("coord: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(target: Target) -> wasmtime::Result<()> {
-    let (backend, inventory, place): (Arc<dyn Backend>, inventory::Inventory, String) =
-        match &target {
-            Target::Memory => (
-                Arc::new(MemoryBackend::default()),
-                inventory::Inventory::local(),
-                "the in-memory store".into(),
-            ),
-            Target::Redis(url) => {
-                let backend = RedisBackend::connect(RedisConfig::new(url.clone()))
-                    .await
-                    .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e:?}"))?;
-                let inventory = inventory::Inventory::redis(url)
-                    .await
-                    .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e}"))?;
-                (Arc::new(backend), inventory, format!("Redis at {url}"))
-            }
-        };
+/// Connect to where coordination state lives; says where, for the log.
+async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, String)> {
+    match target {
+        Target::Memory => Ok((
+            Arc::new(MemoryBackend::default()),
+            "the in-memory store".into(),
+        )),
+        Target::Redis { url, prefix } => {
+            let mut config = RedisConfig::new(url.clone());
+            config.prefix = prefix.clone();
+            let backend = RedisBackend::connect(config)
+                .await
+                .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e:?}"))?;
+            Ok((
+                Arc::new(backend),
+                format!("Redis at {url} (prefix {prefix})"),
+            ))
+        }
+    }
+}
+
+async fn demo(target: Target) -> wasmtime::Result<()> {
+    let (backend, place) = backend(&target).await?;
+    let inventory = match &target {
+        Target::Memory => inventory::Inventory::local(),
+        Target::Redis { url, .. } => inventory::Inventory::redis(url)
+            .await
+            .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e}"))?,
+    };
     demo::run(backend, inventory, &place).await
+}
+
+async fn serve(function: Option<String>, target: Target, listen: &str) -> wasmtime::Result<()> {
+    let (bytes, name) = match &function {
+        Some(path) => (
+            std::fs::read(path).map_err(|e| wasmtime::format_err!("reading {path}: {e}"))?,
+            path.clone(),
+        ),
+        None => (
+            coord_host::serve::INVENTORY_FUNCTION.to_vec(),
+            "the built-in inventory function".into(),
+        ),
+    };
+    let (backend, place) = backend(&target).await?;
+    let server = Arc::new(Server::new(&bytes, backend)?);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| wasmtime::format_err!("listening on {listen}: {e}"))?;
+    let address = listener.local_addr()?;
+    let composed = if server.composed() {
+        ", composed with coord"
+    } else {
+        ""
+    };
+    // Tests and scripts read this line to learn the port (with --listen ...:0).
+    println!("coord serve: listening on http://{address}");
+    println!("coord serve: {name}{composed}; state in {place}");
+    tokio::select! {
+        served = server.serve(listener) => served.map_err(|e| wasmtime::format_err!("serving: {e}")),
+        _ = tokio::signal::ctrl_c() => {
+            println!("coord serve: stopped");
+            Ok(())
+        }
+    }
+}
+
+fn compose(function: &str, out: &str) -> wasmtime::Result<()> {
+    let bytes =
+        std::fs::read(function).map_err(|e| wasmtime::format_err!("reading {function}: {e}"))?;
+    let composed = coord_host::compose::plug(&bytes, coord_host::COMPONENT)?;
+    std::fs::write(out, &composed).map_err(|e| wasmtime::format_err!("writing {out}: {e}"))?;
+    println!(
+        "coord compose: wrote {out} ({} bytes): {function} with coord plugged in",
+        composed.len()
+    );
+    Ok(())
 }

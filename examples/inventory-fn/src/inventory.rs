@@ -1,0 +1,451 @@
+//! The routes: stock under a fenced lock, rate-limited exports, editors'
+//! presence.
+
+use crate::bindings::coord::sync::{ephemeral, lock, ratelimit};
+use crate::http::{Reply, Request};
+use crate::records::{self, Refused};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// The stock lock (seed 000: `inventory.stock`, 10 s TTL, one attempt).
+const LOCK_ID: &str = "inventory.stock";
+const LOCK_TTL_MS: u64 = 10_000;
+/// The longest a request may ask to wait for the lock.
+const MAX_WAIT_MS: u64 = 30_000;
+
+/// The export limiter (seed 000: 10 per user per 60 s, sliding).
+fn exports_limiter() -> ratelimit::Limiter {
+    ratelimit::Limiter {
+        id: "inventory.exports".to_string(),
+        limit: 10,
+        window_ms: 60_000,
+        algorithm: Some(ratelimit::Algorithm::SlidingWindow),
+    }
+}
+
+/// The editors' presence (seed 000: 30 s TTL, values up to 4 KiB).
+fn editors() -> ephemeral::Space {
+    ephemeral::Space {
+        id: "inventory.editors".to_string(),
+        ttl_ms: 30_000,
+        max_value_bytes: 4_096,
+    }
+}
+
+/// The longest a watch request may poll, and the most events it returns.
+const MAX_WATCH_MS: u64 = 30_000;
+const MAX_WATCH_EVENTS: usize = 100;
+
+/// Dispatch a request to its handler.
+pub fn route(request: &Request) -> Reply {
+    let segments: Vec<&str> = request.segments.iter().map(String::as_str).collect();
+    let method = request.method.as_str();
+    match (method, segments.as_slice()) {
+        ("GET", ["items", item]) => show(item),
+        ("POST", ["items", item, "adjust"]) => adjust(request, item),
+        ("POST", ["items", item, "lock"]) => hold(request, item),
+        ("POST", ["items", item, "lock", "extend"]) => extend(request, item),
+        ("DELETE", ["items", item, "lock"]) => release(request, item),
+        ("POST", ["exports"]) => export(request),
+        ("GET", ["items", item, "editors"]) => snapshot(item),
+        ("GET", ["items", item, "editors", "watch"]) => watch(request, item),
+        ("PUT", ["items", item, "editors", session]) => join(request, item, session),
+        ("POST", ["items", item, "editors", session, "touch"]) => touch(item, session),
+        ("DELETE", ["items", item, "editors", session]) => leave(item, session),
+        _ => Reply::error(
+            404,
+            "path",
+            &format!("no route for {method} /{}", segments.join("/")),
+        ),
+    }
+}
+
+/// The lock resource of an item.
+fn resource(item: &str) -> String {
+    format!("item:{item}")
+}
+
+fn show(item: &str) -> Reply {
+    match records::read(item) {
+        Ok(record) => Reply::ok(json!({
+            "item": item,
+            "stock": record.stock,
+            "fence": record.fence.to_string(),
+        })),
+        Err(why) => Reply::error(503, "store", &why),
+    }
+}
+
+/// Adjust the stock: under a lock sent in the body (held across requests), or
+/// under one taken and released here.
+fn adjust(request: &Request, item: &str) -> Reply {
+    let delta = match required_i64(request, "delta") {
+        Ok(delta) => delta,
+        Err(reply) => return reply,
+    };
+    if !request.body.is_empty() {
+        let held = match LockJson::parse(&request.body) {
+            Ok(held) => held,
+            Err(reply) => return reply,
+        };
+        if held.resource != resource(item) {
+            return Reply::error(400, "body.resource", "the lock is for another item");
+        }
+        return write(item, delta, held.fence);
+    }
+    let wait = match optional_u64(request, "wait_ms", MAX_WAIT_MS) {
+        Ok(Some(ms)) => lock::WaitPolicy::Timeout(ms),
+        Ok(None) => lock::WaitPolicy::NoWait,
+        Err(reply) => return reply,
+    };
+    let options = lock::AcquireOptions {
+        ttl_ms: Some(LOCK_TTL_MS),
+        wait: Some(wait),
+    };
+    let held = match lock::acquire(LOCK_ID, &resource(item), options) {
+        Ok(lock::AcquireOutcome::Acquired(held)) => held,
+        Ok(lock::AcquireOutcome::Busy(holder)) => return busy(&holder),
+        Err(error) => return lock_error(error),
+    };
+    let reply = write(item, delta, held.fence);
+    // The write is already decided; a failed release only leaves the lock
+    // to expire, which the reply says.
+    match lock::release(&held) {
+        Ok(_) => reply,
+        Err(error) => reply.header("x-lock-release", describe_lock_error(&error)),
+    }
+}
+
+fn write(item: &str, delta: i64, fence: u64) -> Reply {
+    match records::adjust(item, delta, fence) {
+        Ok(record) => Reply::ok(json!({
+            "item": item,
+            "stock": record.stock,
+            "fence": fence.to_string(),
+        })),
+        Err(Refused::Stale { newest }) => Reply::with_status(
+            409,
+            json!({
+                "error": "stale fence: the lock was lost and a newer holder wrote",
+                "field": "fence",
+                "fence": fence.to_string(),
+                "newestFence": newest.to_string(),
+            }),
+        ),
+        Err(Refused::Insufficient { stock }) => Reply::with_status(
+            409,
+            json!({ "error": "insufficient stock", "field": "delta", "stock": stock }),
+        ),
+        Err(Refused::Store(why)) => Reply::error(503, "store", &why),
+    }
+}
+
+/// Take the item's lock and hand it to the caller, who sends it back to
+/// write, extend or release.
+fn hold(request: &Request, item: &str) -> Reply {
+    let ttl_ms = match optional_u64(request, "ttl_ms", u64::MAX) {
+        Ok(ttl) => ttl.or(Some(LOCK_TTL_MS)),
+        Err(reply) => return reply,
+    };
+    let options = lock::AcquireOptions {
+        ttl_ms,
+        wait: Some(lock::WaitPolicy::NoWait),
+    };
+    match lock::acquire(LOCK_ID, &resource(item), options) {
+        Ok(lock::AcquireOutcome::Acquired(held)) => Reply::ok(LockJson::from(&held).to_json()),
+        Ok(lock::AcquireOutcome::Busy(holder)) => busy(&holder),
+        Err(error) => lock_error(error),
+    }
+}
+
+fn extend(request: &Request, item: &str) -> Reply {
+    let held = match LockJson::parse(&request.body) {
+        Ok(held) => held,
+        Err(reply) => return reply,
+    };
+    if held.resource != resource(item) {
+        return Reply::error(400, "body.resource", "the lock is for another item");
+    }
+    let ttl_ms = match optional_u64(request, "ttl_ms", u64::MAX) {
+        Ok(ttl) => ttl,
+        Err(reply) => return reply,
+    };
+    match lock::extend(&held, ttl_ms) {
+        Ok(lock::ExtendOutcome::Extended(held)) => Reply::ok(LockJson::from(&held).to_json()),
+        Ok(lock::ExtendOutcome::Lost) => Reply::error(409, "body", "the lock was lost"),
+        Err(error) => lock_error(error),
+    }
+}
+
+fn release(request: &Request, item: &str) -> Reply {
+    let held = match LockJson::parse(&request.body) {
+        Ok(held) => held,
+        Err(reply) => return reply,
+    };
+    if held.resource != resource(item) {
+        return Reply::error(400, "body.resource", "the lock is for another item");
+    }
+    match lock::release(&held) {
+        Ok(released) => Reply::ok(json!({ "released": released })),
+        Err(error) => lock_error(error),
+    }
+}
+
+fn busy(holder: &lock::Holder) -> Reply {
+    let seconds = holder.remaining_ms.div_ceil(1000).max(1);
+    Reply::with_status(
+        409,
+        json!({
+            "error": "busy: another request holds the item's lock",
+            "holderFence": holder.fence.to_string(),
+            "retryAfterMs": holder.remaining_ms,
+        }),
+    )
+    .header("retry-after", seconds.to_string())
+}
+
+/// Export every record: rate-limited per user.
+fn export(request: &Request) -> Reply {
+    let Some(user) = request.user.as_deref().filter(|u| !u.is_empty()) else {
+        return Reply::error(400, "x-user-id", "the x-user-id header is required");
+    };
+    let decision = match ratelimit::check(&exports_limiter(), &format!("user:{user}"), None) {
+        Ok(decision) => decision,
+        Err(ratelimit::Error::InvalidArgument(bad)) => {
+            return Reply::error(400, &bad.field, &bad.reason);
+        }
+        Err(ratelimit::Error::Unavailable(why)) => return Reply::error(503, "ratelimit", &why),
+        Err(ratelimit::Error::Internal(why)) => return Reply::error(500, "ratelimit", &why),
+    };
+    let limit_headers = |reply: Reply| {
+        reply
+            .header("ratelimit-limit", decision.limit.to_string())
+            .header("ratelimit-remaining", decision.remaining.to_string())
+            .header(
+                "ratelimit-reset",
+                decision.reset_in_ms.div_ceil(1000).to_string(),
+            )
+    };
+    if !decision.allowed {
+        let seconds = decision.retry_after_ms.div_ceil(1000).max(1);
+        return limit_headers(Reply::with_status(
+            429,
+            json!({ "error": "Too many exports", "retryAfterMs": decision.retry_after_ms }),
+        ))
+        .header("retry-after", seconds.to_string());
+    }
+    match records::list() {
+        Ok(records) => {
+            let items: Vec<_> = records
+                .into_iter()
+                .map(|(item, record)| {
+                    json!({ "item": item, "stock": record.stock, "fence": record.fence.to_string() })
+                })
+                .collect();
+            limit_headers(Reply::ok(
+                json!({ "items": items, "remaining": decision.remaining }),
+            ))
+        }
+        Err(why) => Reply::error(503, "store", &why),
+    }
+}
+
+fn join(request: &Request, item: &str, session: &str) -> Reply {
+    if serde_json::from_slice::<serde_json::Value>(&request.body).is_err() {
+        return Reply::error(400, "body", "the editor's value must be JSON");
+    }
+    match ephemeral::upsert(&editors(), item, session, &request.body) {
+        Ok(written) => Reply::ok(json!({
+            "revision": written.revision.to_string(),
+            "updatedAt": written.updated_at,
+        })),
+        Err(error) => ephemeral_error(error),
+    }
+}
+
+fn touch(item: &str, session: &str) -> Reply {
+    match ephemeral::touch(&editors(), item, session) {
+        Ok(true) => Reply::ok(json!({ "renewed": true })),
+        // Seed 000: recreate the entry when touch says it is gone.
+        Ok(false) => Reply::with_status(404, json!({ "renewed": false })),
+        Err(error) => ephemeral_error(error),
+    }
+}
+
+fn leave(item: &str, session: &str) -> Reply {
+    match ephemeral::delete(&editors(), item, session) {
+        Ok(deleted) => Reply::ok(json!({ "deleted": deleted })),
+        Err(error) => ephemeral_error(error),
+    }
+}
+
+fn snapshot(item: &str) -> Reply {
+    match ephemeral::snapshot(&editors(), item, None) {
+        Ok(snapshot) => Reply::ok(json!({
+            "editors": snapshot.entries.iter().map(entry_json).collect::<Vec<_>>(),
+            "revision": snapshot.revision.to_string(),
+        })),
+        Err(error) => ephemeral_error(error),
+    }
+}
+
+/// Long-poll: wait up to `timeout_ms` for the first change after `after`,
+/// then return it and whatever else is already there. Resume with the
+/// reply's `revision`; `resync` means reopen without `after`.
+fn watch(request: &Request, item: &str) -> Reply {
+    let after = match optional_u64(request, "after", u64::MAX) {
+        Ok(after) => after,
+        Err(reply) => return reply,
+    };
+    let timeout_ms = match optional_u64(request, "timeout_ms", MAX_WATCH_MS) {
+        Ok(timeout) => timeout.unwrap_or(10_000),
+        Err(reply) => return reply,
+    };
+    let watcher = match ephemeral::watch(&editors(), item, None, after) {
+        Ok(watcher) => watcher,
+        Err(error) => return ephemeral_error(error),
+    };
+    let mut events = Vec::new();
+    let mut wait = timeout_ms;
+    while events.len() < MAX_WATCH_EVENTS {
+        match watcher.next(wait) {
+            Ok(Some(ephemeral::Event::ResyncRequired)) => {
+                return Reply::ok(json!({ "events": events, "resync": true }));
+            }
+            Ok(Some(event)) => events.push(event_json(&event)),
+            Ok(None) => break,
+            Err(error) => return ephemeral_error(error),
+        }
+        // After the first event, only take what is already there.
+        wait = 0;
+    }
+    Reply::ok(json!({
+        "events": events,
+        "revision": watcher.revision().to_string(),
+        "resync": false,
+    }))
+}
+
+fn entry_json(entry: &ephemeral::Entry) -> serde_json::Value {
+    json!({
+        "session": entry.key,
+        "value": serde_json::from_slice::<serde_json::Value>(&entry.value)
+            .unwrap_or_else(|_| json!(String::from_utf8_lossy(&entry.value))),
+        "revision": entry.revision.to_string(),
+        "updatedAt": entry.updated_at,
+    })
+}
+
+fn event_json(event: &ephemeral::Event) -> serde_json::Value {
+    let removed = |kind: &str, removed: &ephemeral::Removed| {
+        json!({
+            "type": kind,
+            "session": removed.key,
+            "revision": removed.revision.to_string(),
+            "at": removed.at,
+        })
+    };
+    match event {
+        ephemeral::Event::Upsert(entry) => {
+            let mut value = entry_json(entry);
+            value["type"] = json!("upsert");
+            value
+        }
+        ephemeral::Event::Delete(gone) => removed("delete", gone),
+        ephemeral::Event::Expire(gone) => removed("expire", gone),
+        ephemeral::Event::ResyncRequired => json!({ "type": "resync_required" }),
+    }
+}
+
+/// A held lock as JSON, the fence as a string.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LockJson {
+    id: String,
+    resource: String,
+    owner: String,
+    fence: String,
+    ttl_ms: u64,
+    expires_at: u64,
+}
+
+impl LockJson {
+    /// Parse a lock sent back by a client; every failure names the field.
+    fn parse(body: &[u8]) -> Result<lock::HeldLock, Reply> {
+        let json: LockJson = serde_json::from_slice(body)
+            .map_err(|e| Reply::error(400, "body", &format!("not a held lock: {e}")))?;
+        let fence = json
+            .fence
+            .parse()
+            .map_err(|_| Reply::error(400, "body.fence", "not a decimal u64"))?;
+        Ok(lock::HeldLock {
+            id: json.id,
+            resource: json.resource,
+            owner: json.owner,
+            fence,
+            ttl_ms: json.ttl_ms,
+            expires_at: json.expires_at,
+        })
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_else(|e| json!({ "error": e.to_string() }))
+    }
+}
+
+impl From<&lock::HeldLock> for LockJson {
+    fn from(held: &lock::HeldLock) -> Self {
+        LockJson {
+            id: held.id.clone(),
+            resource: held.resource.clone(),
+            owner: held.owner.clone(),
+            fence: held.fence.to_string(),
+            ttl_ms: held.ttl_ms,
+            expires_at: held.expires_at,
+        }
+    }
+}
+
+fn required_i64(request: &Request, name: &str) -> Result<i64, Reply> {
+    let text = request
+        .param(name)
+        .ok_or_else(|| Reply::error(400, name, "required"))?;
+    text.parse()
+        .map_err(|_| Reply::error(400, name, "not a whole number"))
+}
+
+fn optional_u64(request: &Request, name: &str, max: u64) -> Result<Option<u64>, Reply> {
+    let Some(text) = request.param(name) else {
+        return Ok(None);
+    };
+    let value: u64 = text
+        .parse()
+        .map_err(|_| Reply::error(400, name, "not a non-negative whole number"))?;
+    if value > max {
+        return Err(Reply::error(400, name, &format!("at most {max}")));
+    }
+    Ok(Some(value))
+}
+
+fn lock_error(error: lock::Error) -> Reply {
+    match error {
+        lock::Error::InvalidArgument(bad) => Reply::error(400, &bad.field, &bad.reason),
+        other => Reply::error(503, "lock", &describe_lock_error(&other)),
+    }
+}
+
+fn describe_lock_error(error: &lock::Error) -> String {
+    match error {
+        lock::Error::Unavailable(why) => format!("unavailable: {why}"),
+        lock::Error::InvalidArgument(bad) => format!("{}: {}", bad.field, bad.reason),
+        lock::Error::Internal(why) => format!("internal: {why}"),
+    }
+}
+
+fn ephemeral_error(error: ephemeral::Error) -> Reply {
+    match error {
+        ephemeral::Error::InvalidArgument(bad) => Reply::error(400, &bad.field, &bad.reason),
+        ephemeral::Error::Unavailable(why) => Reply::error(503, "ephemeral", &why),
+        ephemeral::Error::Internal(why) => Reply::error(500, "ephemeral", &why),
+    }
+}

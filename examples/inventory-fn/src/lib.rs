@@ -1,0 +1,61 @@
+//! An edge function on `wasi:http` that coordinates through coord: the
+//! inventory service of seed 000.
+//!
+//! It imports `coord:sync/lock`, `ephemeral` and `ratelimit` (the `client`
+//! world) and is composed with `coord.wasm` before it runs (`coord compose`,
+//! or `coord serve`, which composes on the fly). Routes:
+//!
+//! | Route | What it does |
+//! |---|---|
+//! | `GET /items/{item}` | the item's stock and newest fence |
+//! | `POST /items/{item}/adjust?delta=N[&wait_ms=T]` | lock, write with the fence, release |
+//! | `POST /items/{item}/lock[?ttl_ms=T]` | hold the item's lock across requests; replies with the lock |
+//! | `POST /items/{item}/adjust?delta=N` + lock body | write under a lock held across requests |
+//! | `POST /items/{item}/lock/extend[?ttl_ms=T]` + lock body | extend it (409 when lost) |
+//! | `DELETE /items/{item}/lock` + lock body | release it |
+//! | `POST /exports` (`x-user-id`) | all stock, at most 10 per user per minute (429 + `retry-after`) |
+//! | `PUT /items/{item}/editors/{session}` + JSON body | announce an editor (30 s TTL) |
+//! | `POST /items/{item}/editors/{session}/touch` | renew it (404 when it expired) |
+//! | `DELETE /items/{item}/editors/{session}` | leave |
+//! | `GET /items/{item}/editors` | snapshot of the editors, with its revision |
+//! | `GET /items/{item}/editors/watch[?after=R][&timeout_ms=T]` | long-poll the changes after `R` |
+//!
+//! Fences and revisions are JSON strings: they are 64-bit and JavaScript
+//! numbers are not (seed 000: "convert a fence to a string").
+
+// Natively (for `cargo test` and clippy) the handler is not exported: export
+// names such as `wasi:http/incoming-handler@0.2.12#handle` only link in wasm.
+#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+
+mod http;
+mod inventory;
+mod records;
+
+/// Bindings to coord's interfaces (imports only) and the store.
+mod bindings {
+    wit_bindgen::generate!({
+        path: ["../../wit", "wit"],
+        world: "coord-example:inventory/function",
+        generate_all,
+    });
+}
+
+/// The function's `wasi:http/incoming-handler` export.
+struct Function;
+
+#[cfg(target_arch = "wasm32")]
+impl wasip2::exports::http::incoming_handler::Guest for Function {
+    fn handle(
+        request: wasip2::http::types::IncomingRequest,
+        out: wasip2::http::types::ResponseOutparam,
+    ) {
+        let reply = match http::Request::read(&request) {
+            Ok(request) => inventory::route(&request),
+            Err(reply) => reply,
+        };
+        reply.send(out);
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+wasip2::http::proxy::export!(Function);

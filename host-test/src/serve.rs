@@ -1,0 +1,307 @@
+//! `coord serve`: a small edge runtime. It runs a `wasi:http` function — one
+//! fresh instance per request, from a pre-linked `InstancePre` on the pooling
+//! allocator — and supplies `coord:sync/store` from a [`Backend`], so every
+//! instance (and every `coord serve` process on the same Redis) shares the
+//! same locks, presence and limits.
+//!
+//! A function that imports coord's interfaces is composed with the embedded
+//! coord component first ([`crate::compose::plug`]); one already composed
+//! runs as it is.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use tokio::net::TcpListener;
+use wasmtime::component::{Component, HasData, Linker, ResourceTable};
+use wasmtime::error::Context as _;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::{
+    Error as HttpError, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
+};
+
+use crate::HostState;
+use crate::backend::Backend;
+use crate::compose;
+
+/// The example edge function (`examples/inventory-fn`), not yet composed.
+pub const INVENTORY_FUNCTION: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/inventory-fn.wasm"));
+
+/// How many requests may run at once; one more gets a 503.
+pub const MAX_CONCURRENT_REQUESTS: u32 = 500;
+
+/// A request's instance is stopped this long after it started (a function
+/// that loops forever must not hold its slot forever).
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How often the engine's epoch advances; the deadline's resolution.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// A compiled, pre-linked edge function over one store backend.
+pub struct Server {
+    pre: ProxyPre<RequestState>,
+    backend: Arc<dyn Backend>,
+    composed: bool,
+}
+
+impl Server {
+    /// Compile `function` (composing it with coord first if it imports
+    /// coord's interfaces) and link it to `backend`, WASI and `wasi:http`.
+    /// Must be called inside a Tokio runtime (it starts the epoch ticker).
+    pub fn new(function: &[u8], backend: Arc<dyn Backend>) -> wasmtime::Result<Server> {
+        let engine = Engine::new(&engine_config())?;
+        let mut component = Component::new(&engine, function).context("compiling the function")?;
+        let composed = compose::imports_coord(&engine, &component);
+        if composed {
+            let bytes = compose::plug(function, crate::COMPONENT)?;
+            component =
+                Component::new(&engine, bytes).context("compiling the composed function")?;
+        }
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        crate::bindings::coord::sync::store::add_to_linker::<_, CoordStore>(
+            &mut linker,
+            |state: &mut RequestState| &mut state.host,
+        )?;
+        let pre = ProxyPre::new(linker.instantiate_pre(&component)?)
+            .context("the function must export wasi:http/incoming-handler")?;
+        start_epoch_ticker(&engine);
+        Ok(Server {
+            pre,
+            backend,
+            composed,
+        })
+    }
+
+    /// Whether the function given to [`Server::new`] was composed with coord.
+    pub fn composed(&self) -> bool {
+        self.composed
+    }
+
+    /// Accept connections on `listener` and serve them until the task is
+    /// dropped. HTTP/1.1 with keep-alive.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        loop {
+            let (client, _) = listener.accept().await?;
+            // Small replies must not wait for Nagle's algorithm.
+            let _ = client.set_nodelay(true);
+            let server = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let server = server.clone();
+                    async move { Ok::<_, std::convert::Infallible>(server.handle(request).await) }
+                });
+                // A client that hangs up mid-request is not the server's error.
+                let _ = http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(client), service)
+                    .await;
+            });
+        }
+    }
+
+    /// Run one request in a fresh instance of the function. Failures of the
+    /// runtime (no free instance, a trap) become 503 or 500 replies.
+    pub async fn handle(
+        &self,
+        request: hyper::Request<Incoming>,
+    ) -> hyper::Response<HyperOutgoingBody> {
+        match self.run(request).await {
+            Ok(response) => response,
+            Err(failure) => failure.into_response(),
+        }
+    }
+
+    async fn run(
+        &self,
+        request: hyper::Request<Incoming>,
+    ) -> Result<hyper::Response<HyperOutgoingBody>, Failure> {
+        let mut store = Store::new(
+            self.pre.engine(),
+            RequestState {
+                host: HostState::new(self.backend.clone()),
+                wasi: WasiCtx::builder().build(),
+                http: WasiHttpCtx::new(),
+                table: ResourceTable::new(),
+                hooks: NoOutgoingRequests,
+            },
+        );
+        let ticks = REQUEST_DEADLINE.as_millis() / EPOCH_TICK.as_millis();
+        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let incoming = store
+            .data_mut()
+            .http()
+            .new_incoming_request(Scheme::Http, request)
+            .map_err(Failure::internal)?;
+        let outparam = store
+            .data_mut()
+            .http()
+            .new_response_outparam(sender)
+            .map_err(Failure::internal)?;
+        let proxy = self
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(Failure::no_instance)?;
+        // The handler runs on its own task: it may go on streaming the body
+        // after it has set the response.
+        let task = tokio::spawn(async move {
+            proxy
+                .wasi_http_incoming_handler()
+                .call_handle(&mut store, incoming, outparam)
+                .await
+        });
+        match receiver.await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(code)) => Err(Failure::internal(format!("the function failed: {code:?}"))),
+            Err(_) => Err(match task.await {
+                Ok(Ok(())) => Failure::internal("the function never set a response"),
+                Ok(Err(trap)) => Failure::internal(format!("the function trapped: {trap:?}")),
+                Err(join) => Failure::internal(format!("the request task failed: {join}")),
+            }),
+        }
+    }
+}
+
+/// Why a request got no response from the function.
+struct Failure {
+    status: u16,
+    message: String,
+}
+
+impl Failure {
+    fn internal(message: impl std::fmt::Display) -> Failure {
+        Failure {
+            status: 500,
+            message: message.to_string(),
+        }
+    }
+
+    fn no_instance(error: wasmtime::Error) -> Failure {
+        Failure {
+            status: 503,
+            message: format!("no instance available: {error}"),
+        }
+    }
+
+    fn into_response(self) -> hyper::Response<HyperOutgoingBody> {
+        let body = serde_json::json!({ "error": self.message, "field": "runtime" }).to_string();
+        let body = Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        let mut response = hyper::Response::new(body);
+        *response.status_mut() = hyper::StatusCode::from_u16(self.status)
+            .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}
+
+/// Per-request state: coord's store for the component, WASI and `wasi:http`
+/// for the function.
+pub struct RequestState {
+    host: HostState,
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    table: ResourceTable,
+    hooks: NoOutgoingRequests,
+}
+
+impl WasiView for RequestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for RequestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+/// Functions served here make no outgoing requests: they coordinate through
+/// coord, and `wasi:http/outgoing-handler` answers `HTTP request denied`.
+struct NoOutgoingRequests;
+
+/// The future `send_request` returns.
+type SendFuture = Box<
+    dyn std::future::Future<
+            Output = Result<
+                (
+                    hyper::Response<wasmtime_wasi_http::WasiBody>,
+                    Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>,
+                ),
+                HttpError,
+            >,
+        > + Send,
+>;
+
+impl WasiHttpHooks for NoOutgoingRequests {
+    fn send_request(
+        &mut self,
+        _request: hyper::Request<wasmtime_wasi_http::WasiBody>,
+        _options: Option<wasmtime_wasi_http::RequestOptions>,
+        _response_done: Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>,
+    ) -> SendFuture {
+        Box::new(async { Err(HttpError::HttpRequestDenied) })
+    }
+}
+
+/// Selects the store's host state inside [`RequestState`] for the linker.
+struct CoordStore;
+
+impl HasData for CoordStore {
+    type Data<'a> = &'a mut HostState;
+}
+
+/// Pooling for composed functions: each instance holds the function's and
+/// coord's core instances, memories and tables, and the adapters'.
+fn engine_config() -> Config {
+    let slots = MAX_CONCURRENT_REQUESTS;
+    let mut pooling = PoolingAllocationConfig::default();
+    pooling
+        .total_component_instances(slots)
+        .total_core_instances(slots * 16)
+        .total_memories(slots * 2)
+        .total_tables(slots * 4)
+        .max_memory_size(64 << 20);
+    let mut config = Config::new();
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+    config.epoch_interruption(true);
+    config
+}
+
+/// Advance `engine`'s epoch every tick, for as long as the engine lives.
+fn start_epoch_ticker(engine: &Engine) {
+    let engine = engine.weak();
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(EPOCH_TICK);
+        loop {
+            ticker.tick().await;
+            match engine.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => return,
+            }
+        }
+    });
+}
