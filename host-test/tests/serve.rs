@@ -1,0 +1,502 @@
+//! The edge function end to end: composed with coord, served by `coord serve`
+//! over real HTTP, on the in-memory store and on Redis — where two `coord
+//! serve` processes share locks, presence and limits.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::Value;
+use wasmtime_wasi_http::io::TokioIo;
+
+/// A `coord serve` process, killed when dropped.
+struct Serve {
+    child: Child,
+    address: String,
+}
+
+impl Serve {
+    /// Start `coord serve ARGS --listen 127.0.0.1:0` and wait until it listens.
+    fn start(args: &[&str]) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_coord"))
+            .arg("serve")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let address = first
+            .strip_prefix("coord serve: listening on http://")
+            .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+            .to_string();
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Serve { child, address }
+    }
+
+    /// Send one request on a fresh connection; returns status, headers, JSON.
+    async fn call(&self, method: &str, path: &str, user: Option<&str>, body: &str) -> Reply {
+        let stream = tokio::net::TcpStream::connect(&self.address).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", &self.address);
+        if let Some(user) = user {
+            request = request.header("x-user-id", user);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let response = common::bounded(sender.send_request(request)).await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let json = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {bytes:?}"));
+        Reply {
+            status,
+            headers,
+            json,
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Reply {
+    status: u16,
+    headers: hyper::HeaderMap,
+    json: Value,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// A fresh Redis key prefix, and a guard that deletes its keys afterwards.
+struct Prefix {
+    url: String,
+    name: String,
+    _server: Option<common::RedisServer>,
+}
+
+impl Prefix {
+    async fn new(test: &str) -> Prefix {
+        let (url, server) = common::redis_url().await;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Prefix {
+            url,
+            name: format!("serve-{test}-{}-{nanos}", std::process::id()),
+            _server: server,
+        }
+    }
+
+    async fn clean(&self) {
+        let client = redis::Client::open(self.url.as_str()).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.name))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        if !keys.is_empty() {
+            let _: () = redis::cmd("DEL")
+                .arg(keys)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_composed_function_imports_only_the_store_and_wasi() {
+    let engine = wasmtime::Engine::default();
+    let names = |bytes: &[u8]| -> Vec<String> {
+        let component = wasmtime::component::Component::new(&engine, bytes).unwrap();
+        let ty = component.component_type();
+        ty.imports(&engine)
+            .map(|(name, _)| name.to_string())
+            .collect()
+    };
+    let function = names(coord_host::serve::INVENTORY_FUNCTION);
+    assert!(
+        function.iter().any(|n| n.starts_with("coord:sync/lock@")),
+        "the function imports the lock: {function:?}"
+    );
+
+    let composed =
+        coord_host::compose::plug(coord_host::serve::INVENTORY_FUNCTION, coord_host::COMPONENT)
+            .unwrap();
+    let imports = names(&composed);
+    assert!(imports.contains(&"coord:sync/store@0.1.0".to_string()));
+    for name in &imports {
+        assert!(
+            name == "coord:sync/store@0.1.0" || name.starts_with("wasi:"),
+            "unexpected import {name} in {imports:?}"
+        );
+    }
+    for coord in coord_host::compose::COORD_EXPORTS {
+        assert!(
+            !imports.iter().any(|n| n.starts_with(coord)),
+            "{coord} left unplugged"
+        );
+    }
+    let component = wasmtime::component::Component::new(&engine, &composed).unwrap();
+    let exports: Vec<String> = component
+        .component_type()
+        .exports(&engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    assert!(
+        exports
+            .iter()
+            .any(|n| n.starts_with("wasi:http/incoming-handler@")),
+        "{exports:?}"
+    );
+}
+
+#[test]
+fn composing_a_component_without_coord_imports_fails_with_a_reason() {
+    let error = coord_host::compose::plug(coord_host::COMPONENT, coord_host::COMPONENT)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("plugging coord"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_is_adjusted_under_a_fenced_lock_over_http() {
+    let serve = Serve::start(&[]);
+    let first = serve
+        .call("POST", "/items/apple/adjust?delta=-3", None, "")
+        .await;
+    assert_eq!(first.status, 200, "{}", first.json);
+    assert_eq!(first.json["stock"], 97);
+    let second = serve
+        .call("POST", "/items/apple/adjust?delta=5", None, "")
+        .await;
+    assert_eq!(second.json["stock"], 102);
+    let (f1, f2): (u64, u64) = (
+        first.json["fence"].as_str().unwrap().parse().unwrap(),
+        second.json["fence"].as_str().unwrap().parse().unwrap(),
+    );
+    assert!(f2 > f1, "fences grow: {f1} then {f2}");
+    let shown = serve.call("GET", "/items/apple", None, "").await;
+    assert_eq!(shown.json["stock"], 102);
+    assert_eq!(shown.json["fence"], second.json["fence"]);
+
+    let refused = serve
+        .call("POST", "/items/apple/adjust?delta=-500", None, "")
+        .await;
+    assert_eq!(refused.status, 409);
+    assert_eq!(refused.json["field"], "delta");
+    assert_eq!(
+        serve.call("GET", "/items/apple", None, "").await.json["stock"],
+        102,
+        "a refused write changes nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_across_requests_blocks_others_and_a_lost_one_cannot_write() {
+    let serve = Serve::start(&[]);
+    let held = serve.call("POST", "/items/pear/lock", None, "").await;
+    assert_eq!(held.status, 200, "{}", held.json);
+    let lock = held.json.to_string();
+
+    let busy = serve
+        .call("POST", "/items/pear/adjust?delta=1", None, "")
+        .await;
+    assert_eq!(busy.status, 409);
+    assert_eq!(busy.json["holderFence"], held.json["fence"]);
+    assert!(busy.header("retry-after").is_some());
+
+    let written = serve
+        .call("POST", "/items/pear/adjust?delta=-1", None, &lock)
+        .await;
+    assert_eq!(written.status, 200, "{}", written.json);
+    assert_eq!(written.json["fence"], held.json["fence"]);
+    let extended = serve
+        .call("POST", "/items/pear/lock/extend?ttl_ms=20000", None, &lock)
+        .await;
+    assert_eq!(extended.status, 200, "{}", extended.json);
+    assert_eq!(extended.json["ttlMs"], 20000);
+    let released = serve.call("DELETE", "/items/pear/lock", None, &lock).await;
+    assert_eq!(released.json["released"], true);
+    let again = serve.call("DELETE", "/items/pear/lock", None, &lock).await;
+    assert_eq!(again.json["released"], false, "a released lock is gone");
+
+    // A lock that lapses (1 ms TTL) is taken over; the old holder's write is
+    // refused at the write boundary because a newer fence has written.
+    let short = serve
+        .call("POST", "/items/pear/lock?ttl_ms=1", None, "")
+        .await;
+    assert_eq!(short.status, 200, "{}", short.json);
+    let newer = serve
+        .call("POST", "/items/pear/adjust?delta=1&wait_ms=5000", None, "")
+        .await;
+    assert_eq!(newer.status, 200, "{}", newer.json);
+    let stale = serve
+        .call(
+            "POST",
+            "/items/pear/adjust?delta=1",
+            None,
+            &short.json.to_string(),
+        )
+        .await;
+    assert_eq!(stale.status, 409, "{}", stale.json);
+    assert_eq!(stale.json["field"], "fence");
+    assert_eq!(stale.json["newestFence"], newer.json["fence"]);
+    let lost = serve
+        .call(
+            "POST",
+            "/items/pear/lock/extend",
+            None,
+            &short.json.to_string(),
+        )
+        .await;
+    assert_eq!(lost.status, 409, "an expired lock cannot be extended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_are_limited_per_user_with_retry_after() {
+    let serve = Serve::start(&[]);
+    for n in 0..10 {
+        let reply = serve.call("POST", "/exports", Some("ann"), "").await;
+        assert_eq!(reply.status, 200, "export {n}: {}", reply.json);
+        assert_eq!(reply.json["remaining"], 9 - n);
+    }
+    let limited = serve.call("POST", "/exports", Some("ann"), "").await;
+    assert_eq!(limited.status, 429);
+    let retry: u64 = limited.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "retry-after {retry}");
+    assert!(limited.json["retryAfterMs"].as_u64().unwrap() > 0);
+    let other = serve.call("POST", "/exports", Some("bob"), "").await;
+    assert_eq!(other.status, 200, "another user has its own limit");
+    let anonymous = serve.call("POST", "/exports", None, "").await;
+    assert_eq!(anonymous.status, 400);
+    assert_eq!(anonymous.json["field"], "x-user-id");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editors_presence_upsert_touch_snapshot_watch_and_delete() {
+    let serve = Serve::start(&[]);
+    let before = serve.call("GET", "/items/fig/editors", None, "").await;
+    assert_eq!(before.json["editors"], serde_json::json!([]));
+    let joined = serve
+        .call("PUT", "/items/fig/editors/s1", None, r#"{"userId":"ann"}"#)
+        .await;
+    assert_eq!(joined.status, 200, "{}", joined.json);
+    let touched = serve
+        .call("POST", "/items/fig/editors/s1/touch", None, "")
+        .await;
+    assert_eq!(touched.json["renewed"], true);
+    let missing = serve
+        .call("POST", "/items/fig/editors/nobody/touch", None, "")
+        .await;
+    assert_eq!(missing.status, 404);
+
+    let snapshot = serve.call("GET", "/items/fig/editors", None, "").await;
+    assert_eq!(snapshot.json["editors"][0]["session"], "s1");
+    assert_eq!(snapshot.json["editors"][0]["value"]["userId"], "ann");
+    let revision = snapshot.json["revision"].as_str().unwrap().to_string();
+
+    // A watch after the snapshot's revision sees the next change only.
+    let watch = format!("/items/fig/editors/watch?after={revision}&timeout_ms=5000");
+    let watcher = serve.call("GET", &watch, None, "");
+    let leave = async {
+        // The watch is open before the delete or after it; it sees it either way.
+        serve
+            .call("DELETE", "/items/fig/editors/s1", None, "")
+            .await
+    };
+    let (events, left) = tokio::join!(watcher, leave);
+    assert_eq!(left.json["deleted"], true);
+    assert_eq!(
+        events.json["events"][0]["type"], "delete",
+        "{}",
+        events.json
+    );
+    assert_eq!(events.json["events"][0]["session"], "s1");
+    let quiet = serve
+        .call(
+            "GET",
+            &format!(
+                "/items/fig/editors/watch?after={}&timeout_ms=10",
+                events.json["revision"].as_str().unwrap()
+            ),
+            None,
+            "",
+        )
+        .await;
+    assert_eq!(
+        quiet.json["events"],
+        serde_json::json!([]),
+        "nothing after the delete"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_errors_that_name_the_field() {
+    let serve = Serve::start(&[]);
+    let cases = [
+        ("POST", "/items/kiwi/adjust?delta=lots", "", "delta"),
+        ("POST", "/items/kiwi/adjust", "", "delta"),
+        (
+            "POST",
+            "/items/kiwi/adjust?delta=1&wait_ms=-1",
+            "",
+            "wait_ms",
+        ),
+        ("POST", "/items/kiwi/adjust?delta=1", "{\"id\":1}", "body"),
+        (
+            "POST",
+            "/items/kiwi/adjust?delta=1",
+            r#"{"id":"inventory.stock","resource":"item:kiwi","owner":"x","fence":"ten","ttlMs":1,"expiresAt":1}"#,
+            "body.fence",
+        ),
+        (
+            "DELETE",
+            "/items/kiwi/lock",
+            r#"{"id":"inventory.stock","resource":"item:plum","owner":"x","fence":"1","ttlMs":1,"expiresAt":1}"#,
+            "body.resource",
+        ),
+        (
+            "POST",
+            "/items/kiwi/lock?ttl_ms=999999999999",
+            "",
+            "options.ttl-ms",
+        ),
+        ("PUT", "/items/kiwi/editors/s1", "not json", "body"),
+        ("GET", "/nowhere", "", "path"),
+    ];
+    for (method, path, body, field) in cases {
+        let reply = serve.call(method, path, None, body).await;
+        assert!(
+            (400..500).contains(&reply.status),
+            "{method} {path}: {} {}",
+            reply.status,
+            reply.json
+        );
+        assert_eq!(
+            reply.json["field"], field,
+            "{method} {path}: {}",
+            reply.json
+        );
+    }
+    let big = "x".repeat(5000);
+    let too_big = serve
+        .call("PUT", "/items/kiwi/editors/s1", None, &format!("\"{big}\""))
+        .await;
+    assert_eq!(too_big.status, 400, "{}", too_big.json);
+    assert_eq!(too_big.json["field"], "value");
+    // Nothing was written by any of them.
+    let stock = serve.call("GET", "/items/kiwi", None, "").await;
+    assert_eq!(stock.json["fence"], "0");
+    let editors = serve.call("GET", "/items/kiwi/editors", None, "").await;
+    assert_eq!(editors.json["editors"], serde_json::json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_composed_by_coord_compose_is_served_as_it_is() {
+    let dir = std::env::temp_dir().join(format!("coord-compose-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let function = dir.join("inventory-fn.wasm");
+    let composed = dir.join("inventory.wasm");
+    std::fs::write(&function, coord_host::serve::INVENTORY_FUNCTION).unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_coord"))
+        .arg("compose")
+        .arg(&function)
+        .arg("-o")
+        .arg(&composed)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let serve = Serve::start(&[composed.to_str().unwrap()]);
+    let reply = serve
+        .call("POST", "/items/plum/adjust?delta=1", None, "")
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    assert_eq!(reply.json["stock"], 101);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_processes_on_one_redis_share_locks_presence_and_limits() {
+    let prefix = Prefix::new("two").await;
+    let args = [
+        "--redis",
+        prefix.url.as_str(),
+        "--prefix",
+        prefix.name.as_str(),
+    ];
+    let a = Serve::start(&args);
+    let b = Serve::start(&args);
+
+    // A lock taken through one process is busy through the other.
+    let held = a.call("POST", "/items/lime/lock", None, "").await;
+    assert_eq!(held.status, 200, "{}", held.json);
+    let busy = b.call("POST", "/items/lime/adjust?delta=1", None, "").await;
+    assert_eq!(busy.status, 409, "{}", busy.json);
+    assert_eq!(busy.json["holderFence"], held.json["fence"]);
+    let released = b
+        .call("DELETE", "/items/lime/lock", None, &held.json.to_string())
+        .await;
+    assert_eq!(
+        released.json["released"], true,
+        "released through the other"
+    );
+    let written = b
+        .call("POST", "/items/lime/adjust?delta=-2", None, "")
+        .await;
+    assert_eq!(written.status, 200, "{}", written.json);
+    assert_eq!(
+        a.call("GET", "/items/lime", None, "").await.json["stock"],
+        98
+    );
+
+    // Presence written through one is seen through the other.
+    a.call("PUT", "/items/lime/editors/s1", None, r#"{"userId":"ann"}"#)
+        .await;
+    let seen = b.call("GET", "/items/lime/editors", None, "").await;
+    assert_eq!(seen.json["editors"][0]["value"]["userId"], "ann");
+
+    // The export limit is one limit across both processes.
+    for n in 0..10 {
+        let via = if n % 2 == 0 { &a } else { &b };
+        let reply = via.call("POST", "/exports", Some("cat"), "").await;
+        assert_eq!(reply.status, 200, "export {n}: {}", reply.json);
+    }
+    assert_eq!(
+        a.call("POST", "/exports", Some("cat"), "").await.status,
+        429
+    );
+    assert_eq!(
+        b.call("POST", "/exports", Some("cat"), "").await.status,
+        429
+    );
+
+    drop((a, b));
+    prefix.clean().await;
+}
