@@ -17,7 +17,7 @@ use hyper::server::conn::http1;
 use tokio::net::TcpListener;
 use wasmtime::component::{Component, HasData, Linker, ResourceTable};
 use wasmtime::error::Context as _;
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
@@ -277,16 +277,7 @@ impl HasData for CoordStore {
 /// Pooling for composed functions: each instance holds the function's and
 /// coord's core instances, memories and tables, and the adapters'.
 fn engine_config() -> Config {
-    let slots = MAX_CONCURRENT_REQUESTS;
-    let mut pooling = PoolingAllocationConfig::default();
-    pooling
-        .total_component_instances(slots)
-        .total_core_instances(slots * 16)
-        .total_memories(slots * 2)
-        .total_tables(slots * 4)
-        .max_memory_size(64 << 20);
-    let mut config = Config::new();
-    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+    let mut config = crate::pooled_config(MAX_CONCURRENT_REQUESTS, 16, 2, 4);
     config.epoch_interruption(true);
     config
 }
