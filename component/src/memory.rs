@@ -7,7 +7,7 @@
 //! unit tests' fake store wraps it in a `RefCell` with a clock they move.
 //! Time is passed in (`now`) on every call, so the caller owns the clock.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::meter::{self, MeterState, Write};
 use crate::store::{
@@ -22,6 +22,9 @@ pub const DEFAULT_HISTORY: usize = 1024;
 pub struct Partition {
     revision: u64,
     entries: BTreeMap<String, Entry>,
+    /// `(expires-at, key)` of every entry with a TTL, so expiry costs
+    /// O(log n) per call instead of a scan of the partition.
+    expiries: BTreeSet<(u64, String)>,
     feed: VecDeque<Change>,
     history: usize,
     /// The feed holds every change with a greater revision than this.
@@ -36,6 +39,7 @@ impl Partition {
         Partition {
             revision: 0,
             entries: BTreeMap::new(),
+            expiries: BTreeSet::new(),
             feed: VecDeque::new(),
             history: history.max(1),
             complete_after: 0,
@@ -50,7 +54,7 @@ impl Partition {
 
     /// The earliest store time at which a live entry expires.
     pub fn next_expiry(&self) -> Option<u64> {
-        self.entries.values().filter_map(|e| e.expires_at).min()
+        self.expiries.first().map(|(at, _)| *at)
     }
 
     /// Whether the partition holds no live entries and no meters.
@@ -83,21 +87,17 @@ impl Partition {
     /// `expire` change for each, in the order they expired. Returns how many.
     pub fn sweep(&mut self, now: u64) -> usize {
         self.meters.retain(|_, (_, expires)| *expires > now);
-        let mut due: Vec<(u64, String)> = self
-            .entries
-            .iter()
-            .filter_map(|(key, e)| {
-                e.expires_at
-                    .filter(|&at| at <= now)
-                    .map(|at| (at, key.clone()))
-            })
-            .collect();
-        due.sort();
-        for (at, key) in &due {
-            self.entries.remove(key);
-            self.record(ChangeKind::Expire, key, Vec::new(), *at);
+        let mut expired = 0;
+        while let Some((at, key)) = self.expiries.pop_first() {
+            if at > now {
+                self.expiries.insert((at, key));
+                break;
+            }
+            self.entries.remove(&key);
+            self.record(ChangeKind::Expire, &key, Vec::new(), at);
+            expired += 1;
         }
-        due.len()
+        expired
     }
 
     /// The live entry under `key`.
@@ -137,6 +137,10 @@ impl Partition {
             updated_at: now,
             expires_at: ttl_ms.map(|ttl| now.saturating_add(ttl)),
         };
+        self.unindex(key);
+        if let Some(at) = entry.expires_at {
+            self.expiries.insert((at, key.to_string()));
+        }
         self.entries.insert(key.to_string(), entry.clone());
         Outcome::Applied(entry)
     }
@@ -147,6 +151,7 @@ impl Partition {
         if let Some(conflict) = self.check_live(key, condition) {
             return conflict;
         }
+        self.unindex(key);
         let Some(entry) = self.entries.remove(key) else {
             return Outcome::Conflict(None);
         };
@@ -160,9 +165,12 @@ impl Partition {
         if let Some(conflict) = self.check_live(key, condition) {
             return conflict;
         }
+        self.unindex(key);
         match self.entries.get_mut(key) {
             Some(entry) => {
-                entry.expires_at = Some(now.saturating_add(ttl_ms));
+                let at = now.saturating_add(ttl_ms);
+                entry.expires_at = Some(at);
+                self.expiries.insert((at, key.to_string()));
                 Outcome::Applied(entry.clone())
             }
             None => Outcome::Conflict(None),
@@ -185,6 +193,13 @@ impl Partition {
             .take(max as usize)
             .cloned()
             .collect())
+    }
+
+    /// Drop `key`'s entry, if any, from the expiry index.
+    fn unindex(&mut self, key: &str) {
+        if let Some(at) = self.entries.get(key).and_then(|e| e.expires_at) {
+            self.expiries.remove(&(at, key.to_string()));
+        }
     }
 
     /// `None` when `condition` holds for `key`, else the conflict to report.
@@ -226,5 +241,57 @@ impl Partition {
             }
         }
         self.revision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The expiry index against a scan of the entries, after every step.
+    fn assert_index_matches(p: &Partition) {
+        let scanned: BTreeSet<(u64, String)> = p
+            .entries
+            .iter()
+            .filter_map(|(k, e)| e.expires_at.map(|at| (at, k.clone())))
+            .collect();
+        assert_eq!(p.expiries, scanned);
+    }
+
+    #[test]
+    fn the_expiry_index_follows_puts_touches_deletes_and_expiries() {
+        let mut p = Partition::new(16);
+        let put = |p: &mut Partition, key: &str, ttl: Option<u64>, now: u64| {
+            p.put(key, b"v", ttl, &Condition::Always, now);
+            assert_index_matches(p);
+        };
+        put(&mut p, "a", Some(100), 0);
+        put(&mut p, "b", Some(50), 0);
+        put(&mut p, "c", None, 0);
+        assert_eq!(p.next_expiry(), Some(50));
+        put(&mut p, "b", None, 10); // rewritten without a TTL
+        assert_eq!(p.next_expiry(), Some(100));
+        p.touch("a", 500, &Condition::Always, 20);
+        assert_index_matches(&p);
+        assert_eq!(p.next_expiry(), Some(520));
+        put(&mut p, "d", Some(5), 30);
+        p.delete("d", &Condition::Always, 31);
+        assert_index_matches(&p);
+        put(&mut p, "e", Some(10), 40);
+        put(&mut p, "f", Some(10), 40);
+        assert_eq!(p.sweep(49), 0);
+        assert_eq!(p.sweep(50), 2, "e and f expire at 50");
+        assert_index_matches(&p);
+        let expired: Vec<_> = p
+            .feed
+            .iter()
+            .filter(|c| c.kind == ChangeKind::Expire)
+            .map(|c| (c.key.clone(), c.at))
+            .collect();
+        assert_eq!(expired, [("e".to_string(), 50), ("f".to_string(), 50)]);
+        assert_eq!(p.sweep(10_000), 1, "a expires");
+        assert_eq!(p.next_expiry(), None);
+        assert!(p.get("a", 10_000).is_none());
+        assert!(p.get("c", 10_000).is_some(), "no TTL, no expiry");
     }
 }
