@@ -25,7 +25,9 @@ per_backend!(
     fenced_writes_stay_safe_under_contention_and_expiring_holders,
     injected_store_faults_never_grant_wrongly_and_work_resumes,
     lock_histories_are_linearizable,
+    expiring_lock_histories_are_linearizable,
     rate_limit_histories_are_linearizable,
+    ephemeral_histories_are_linearizable,
 );
 
 /// A deterministic pseudo-random sequence.
@@ -484,6 +486,298 @@ async fn rate_limit_histories_are_linearizable(h: Harness) {
     );
 }
 
+/// The lock with expiry as a sequential model. Every acquire reports the
+/// store's time (`expires-at - ttl`, or the holder's expiry minus the busy
+/// reply's `remaining-ms`), so the model knows when each one happened: time
+/// never runs backwards, nobody acquires before the holder's expiry, and
+/// `busy` names a holder that has not expired yet.
+struct ExpiringLockModel;
+
+#[derive(Debug, Clone)]
+enum ExpIn {
+    Acquire { ttl: u64 },
+    Release(u64),
+}
+
+#[derive(Debug, Clone)]
+enum ExpOut {
+    Acquired { fence: u64, expires_at: u64 },
+    Busy { fence: u64, remaining: u64 },
+    Released(bool),
+}
+
+/// (holder's fence and expiry, highest fence given, the store time reached).
+type ExpState = (Option<(u64, u64)>, u64, u64);
+
+impl history::Model for ExpiringLockModel {
+    type State = ExpState;
+    type Input = ExpIn;
+    type Output = ExpOut;
+
+    fn init(&self) -> ExpState {
+        (None, 0, 0)
+    }
+
+    fn step(
+        &self,
+        &(holder, highest, time): &ExpState,
+        input: &ExpIn,
+        output: &ExpOut,
+    ) -> Option<ExpState> {
+        match (input, output) {
+            (ExpIn::Acquire { ttl }, ExpOut::Acquired { fence, expires_at }) => {
+                let at = expires_at.checked_sub(*ttl)?;
+                let free = holder.is_none_or(|(_, until)| until <= at);
+                (at >= time && free && *fence > highest).then_some((
+                    Some((*fence, *expires_at)),
+                    *fence,
+                    at,
+                ))
+            }
+            (ExpIn::Acquire { .. }, ExpOut::Busy { fence, remaining }) => {
+                let (held, until) = holder?;
+                let at = until.checked_sub(*remaining)?;
+                (held == *fence && *remaining > 0 && at >= time).then_some((holder, highest, at))
+            }
+            (ExpIn::Release(fence), ExpOut::Released(true)) => {
+                // Released while still held: possible only before its expiry.
+                let (held, until) = holder?;
+                (held == *fence && time < until).then_some((None, highest, time))
+            }
+            (ExpIn::Release(fence), ExpOut::Released(false)) => match holder {
+                // Its own lock refused: it must have expired by then.
+                Some((held, until)) if held == *fence => Some((None, highest, time.max(until))),
+                _ => Some((holder, highest, time)),
+            },
+            _ => None,
+        }
+    }
+}
+
+async fn expiring_lock_histories_are_linearizable(h: Harness) {
+    const CLIENTS: u64 = 5;
+    let runtime = Arc::new(Runtime::new(h.backend.clone()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mover = clock_mover(&h, stop.clone(), 8);
+    // Releases refused because the lock had lapsed: expiry must really occur.
+    let lapsed = Arc::new(AtomicU64::new(0));
+    for round in 0..4 {
+        let recorder = Arc::new(history::Recorder::<ExpIn, ExpOut>::default());
+        let mut tasks = Vec::new();
+        for c in 0..CLIENTS {
+            let (runtime, recorder, lapsed) = (runtime.clone(), recorder.clone(), lapsed.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = runtime.instantiate().await.unwrap();
+                let mut rng = Lcg(c * 17 + round + 3);
+                for _ in 0..6 {
+                    let ttl = 5 + rng.below(30);
+                    let options = AcquireOptions {
+                        ttl_ms: Some(ttl),
+                        wait: Some(WaitPolicy::NoWait),
+                    };
+                    let t = recorder.invoke();
+                    let resource = format!("exp-hist-{round}");
+                    match i
+                        .acquire("stock", &resource, options)
+                        .await
+                        .unwrap()
+                        .unwrap()
+                    {
+                        AcquireOutcome::Acquired(lock) => {
+                            recorder.returned(
+                                t,
+                                ExpIn::Acquire { ttl },
+                                ExpOut::Acquired {
+                                    fence: lock.fence,
+                                    expires_at: lock.expires_at,
+                                },
+                            );
+                            for _ in 0..rng.below(20) {
+                                tokio::task::yield_now().await;
+                            }
+                            let t = recorder.invoke();
+                            let released = i.release(&lock).await.unwrap().unwrap();
+                            if !released {
+                                lapsed.fetch_add(1, Ordering::SeqCst);
+                            }
+                            recorder.returned(
+                                t,
+                                ExpIn::Release(lock.fence),
+                                ExpOut::Released(released),
+                            );
+                        }
+                        AcquireOutcome::Busy(holder) => recorder.returned(
+                            t,
+                            ExpIn::Acquire { ttl },
+                            ExpOut::Busy {
+                                fence: holder.fence,
+                                remaining: holder.remaining_ms,
+                            },
+                        ),
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let history = Arc::try_unwrap(recorder).ok().unwrap().history();
+        assert!(
+            history::linearizable(&ExpiringLockModel, &history),
+            "not linearizable: {history:#?}"
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    mover.await.unwrap();
+    assert!(
+        lapsed.load(Ordering::SeqCst) > 0,
+        "no lock lapsed: expiry went untested"
+    );
+}
+
+/// One tenant of ephemeral state as a sequential model: its live entries
+/// (key, value, revision), and a lower bound on the tenant's revision.
+struct EphemeralModel;
+
+#[derive(Debug, Clone)]
+enum EphIn {
+    Upsert(String, Vec<u8>),
+    Touch(String),
+    Delete(String),
+    Snapshot,
+}
+
+#[derive(Debug, Clone)]
+enum EphOut {
+    Written(u64),
+    Found(bool),
+    Snapshot(Vec<(String, Vec<u8>, u64)>, u64),
+}
+
+type EphState = (Vec<(String, Vec<u8>, u64)>, u64);
+
+impl history::Model for EphemeralModel {
+    type State = EphState;
+    type Input = EphIn;
+    type Output = EphOut;
+
+    fn init(&self) -> EphState {
+        (Vec::new(), 0)
+    }
+
+    fn step(
+        &self,
+        (entries, floor): &EphState,
+        input: &EphIn,
+        output: &EphOut,
+    ) -> Option<EphState> {
+        let present = |key: &str| entries.iter().any(|(k, _, _)| k == key);
+        match (input, output) {
+            (EphIn::Upsert(key, value), EphOut::Written(revision)) => {
+                if *revision <= *floor {
+                    return None;
+                }
+                let mut next: Vec<_> = entries
+                    .iter()
+                    .filter(|(k, _, _)| k != key)
+                    .cloned()
+                    .collect();
+                next.push((key.clone(), value.clone(), *revision));
+                next.sort();
+                Some((next, *revision))
+            }
+            (EphIn::Touch(key), EphOut::Found(found)) => {
+                (present(key) == *found).then(|| (entries.clone(), *floor))
+            }
+            (EphIn::Delete(key), EphOut::Found(found)) => {
+                if present(key) != *found {
+                    return None;
+                }
+                if !found {
+                    return Some((entries.clone(), *floor));
+                }
+                // The delete took a revision the reply does not show: the
+                // next one is at least one higher.
+                let next = entries
+                    .iter()
+                    .filter(|(k, _, _)| k != key)
+                    .cloned()
+                    .collect();
+                Some((next, floor + 1))
+            }
+            (EphIn::Snapshot, EphOut::Snapshot(seen, revision)) => {
+                (seen == entries && *revision >= *floor).then(|| (entries.clone(), *revision))
+            }
+            _ => None,
+        }
+    }
+}
+
+async fn ephemeral_histories_are_linearizable(h: Harness) {
+    use coord_host::ephemeral::Space;
+    let runtime = Arc::new(Runtime::new(h.backend.clone()).unwrap());
+    let space = Space {
+        id: "hist.presence".into(),
+        ttl_ms: 3_600_000,
+        max_value_bytes: 64,
+    };
+    for round in 0..4u64 {
+        let recorder = Arc::new(history::Recorder::<EphIn, EphOut>::default());
+        let mut tasks = Vec::new();
+        for c in 0..5u64 {
+            let (runtime, recorder, space) = (runtime.clone(), recorder.clone(), space.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = runtime.instantiate().await.unwrap();
+                let mut rng = Lcg(c * 7 + round * 101 + 1);
+                let tenant = format!("doc-{round}");
+                for n in 0..6 {
+                    let key = ["a", "b", "c"][rng.below(3) as usize].to_string();
+                    let t = recorder.invoke();
+                    let (input, output) = match rng.below(4) {
+                        0 | 1 => {
+                            let value = format!("{c}.{n}").into_bytes();
+                            let written = i
+                                .upsert(&space, &tenant, &key, &value)
+                                .await
+                                .unwrap()
+                                .unwrap();
+                            (EphIn::Upsert(key, value), EphOut::Written(written.revision))
+                        }
+                        2 if n % 2 == 0 => {
+                            let found = i.touch(&space, &tenant, &key).await.unwrap().unwrap();
+                            (EphIn::Touch(key), EphOut::Found(found))
+                        }
+                        2 => {
+                            let found = i.delete(&space, &tenant, &key).await.unwrap().unwrap();
+                            (EphIn::Delete(key), EphOut::Found(found))
+                        }
+                        _ => {
+                            let snapshot =
+                                i.snapshot(&space, &tenant, None).await.unwrap().unwrap();
+                            let mut seen: Vec<_> = snapshot
+                                .entries
+                                .into_iter()
+                                .map(|e| (e.key, e.value, e.revision))
+                                .collect();
+                            seen.sort();
+                            (EphIn::Snapshot, EphOut::Snapshot(seen, snapshot.revision))
+                        }
+                    };
+                    recorder.returned(t, input, output);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let history = Arc::try_unwrap(recorder).ok().unwrap().history();
+        assert!(
+            history::linearizable(&EphemeralModel, &history),
+            "not linearizable: {history:#?}"
+        );
+    }
+}
+
 #[test]
 fn the_history_checker_rejects_what_no_order_explains() {
     use history::Op;
@@ -557,4 +851,114 @@ fn the_history_checker_rejects_what_no_order_explains() {
         },
     ];
     assert!(history::linearizable(&LockModel, &racing));
+}
+
+#[test]
+fn the_expiry_and_ephemeral_models_reject_what_no_order_explains() {
+    use history::Op;
+    fn op<I, O>(invoked: u64, returned: u64, input: I, output: O) -> Op<I, O> {
+        Op {
+            invoked,
+            returned,
+            input,
+            output,
+        }
+    }
+    // Acquired at 100 for 50 ms; another acquire at 120 (before the expiry
+    // at 150) cannot have succeeded ...
+    let early = vec![
+        op(
+            0,
+            1,
+            ExpIn::Acquire { ttl: 50 },
+            ExpOut::Acquired {
+                fence: 1,
+                expires_at: 150,
+            },
+        ),
+        op(
+            2,
+            3,
+            ExpIn::Acquire { ttl: 50 },
+            ExpOut::Acquired {
+                fence: 2,
+                expires_at: 170,
+            },
+        ),
+    ];
+    assert!(!history::linearizable(&ExpiringLockModel, &early));
+    // ... but at 150 it can,
+    let on_time = vec![
+        op(
+            0,
+            1,
+            ExpIn::Acquire { ttl: 50 },
+            ExpOut::Acquired {
+                fence: 1,
+                expires_at: 150,
+            },
+        ),
+        op(
+            2,
+            3,
+            ExpIn::Acquire { ttl: 50 },
+            ExpOut::Acquired {
+                fence: 2,
+                expires_at: 200,
+            },
+        ),
+    ];
+    assert!(history::linearizable(&ExpiringLockModel, &on_time));
+    // and the store's time cannot run backwards between two busy replies.
+    let backwards = vec![
+        op(
+            0,
+            1,
+            ExpIn::Acquire { ttl: 50 },
+            ExpOut::Acquired {
+                fence: 1,
+                expires_at: 150,
+            },
+        ),
+        op(
+            2,
+            3,
+            ExpIn::Acquire { ttl: 9 },
+            ExpOut::Busy {
+                fence: 1,
+                remaining: 10,
+            },
+        ),
+        op(
+            4,
+            5,
+            ExpIn::Acquire { ttl: 9 },
+            ExpOut::Busy {
+                fence: 1,
+                remaining: 30,
+            },
+        ),
+    ];
+    assert!(!history::linearizable(&ExpiringLockModel, &backwards));
+
+    // An acknowledged upsert missing from a later snapshot is rejected, and
+    // so is a revision that goes back.
+    let upsert = |key: &str, value: &str| EphIn::Upsert(key.into(), value.into());
+    let lost = vec![
+        op(0, 1, upsert("a", "1"), EphOut::Written(5)),
+        op(2, 3, EphIn::Snapshot, EphOut::Snapshot(vec![], 5)),
+    ];
+    assert!(!history::linearizable(&EphemeralModel, &lost));
+    let regressed = vec![
+        op(0, 1, upsert("a", "1"), EphOut::Written(5)),
+        op(2, 3, upsert("b", "1"), EphOut::Written(4)),
+    ];
+    assert!(!history::linearizable(&EphemeralModel, &regressed));
+    let kept = vec![
+        op(0, 1, upsert("a", "1"), EphOut::Written(5)),
+        op(2, 3, EphIn::Delete("a".into()), EphOut::Found(true)),
+        op(4, 5, EphIn::Touch("a".into()), EphOut::Found(false)),
+        op(6, 7, EphIn::Snapshot, EphOut::Snapshot(vec![], 6)),
+    ];
+    assert!(history::linearizable(&EphemeralModel, &kept));
 }
