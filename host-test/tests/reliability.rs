@@ -101,8 +101,36 @@ struct Tally {
 }
 
 async fn fenced_writes_stay_safe_under_contention_and_expiring_holders(h: Harness) {
+    fenced_writes(h, 30).await;
+}
+
+/// The fenced-safety run at soak length: `COORD_SOAK_ROUNDS` rounds per
+/// instance (default 1000), on demand:
+/// `cargo test -p coord-host --test reliability -- --ignored soak`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak: minutes; run on demand with --ignored"]
+async fn soak_fenced_writes_in_memory() {
+    fenced_writes(common::memory(HISTORY), soak_rounds()).await;
+}
+
+/// [`soak_fenced_writes_in_memory`] on Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak: minutes; run on demand with --ignored"]
+async fn soak_fenced_writes_on_redis() {
+    fenced_writes(common::redis(HISTORY).await, soak_rounds()).await;
+}
+
+fn soak_rounds() -> usize {
+    std::env::var("COORD_SOAK_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// 64 instances contend for 4 resources with expiring holders, `rounds`
+/// sections each, writing through a fenced register.
+async fn fenced_writes(h: Harness, rounds: usize) {
     const INSTANCES: usize = 64; // 16 × 4: one instance per task, since an instance serves one call at a time
-    const ROUNDS: usize = 30;
     const RESOURCES: u64 = 4;
     let runtime = Arc::new(Runtime::new(h.backend.clone()).unwrap());
     let register = Arc::new(FencedRegister::default());
@@ -121,7 +149,7 @@ async fn fenced_writes_stay_safe_under_contention_and_expiring_holders(h: Harnes
         tasks.push(tokio::spawn(async move {
             let mut i = runtime.instantiate().await.unwrap();
             let mut rng = Lcg(t as u64 + 1);
-            for _ in 0..ROUNDS {
+            for _ in 0..rounds {
                 let resource = format!("item:{}", rng.below(RESOURCES));
                 let options = AcquireOptions {
                     ttl_ms: Some(20 + rng.below(180)),
