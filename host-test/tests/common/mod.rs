@@ -26,8 +26,35 @@ pub struct Harness {
     pub backend: Arc<dyn Backend>,
     clock: Arc<ManualClock>,
     waiters: Box<dyn Fn(&str) -> usize + Send + Sync>,
+    /// The Redis URL and key prefix whose keys are deleted when the harness
+    /// drops (tests share the machine's Redis; partitions without a TTL
+    /// would otherwise stay there).
+    cleanup: Option<(String, String)>,
     /// A Redis server this harness started, stopped when the harness drops.
     _server: Option<RedisServer>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some((url, prefix)) = self.cleanup.take() {
+            delete_prefix(&url, &prefix);
+        }
+    }
+}
+
+/// Delete every key under `prefix` (best effort: a test's failure, not its
+/// cleanup, is the report that matters).
+pub fn delete_prefix(url: &str, prefix: &str) {
+    let Ok(mut connection) = redis::Client::open(url).and_then(|c| c.get_connection()) else {
+        return;
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query(&mut connection)
+        .unwrap_or_default();
+    for chunk in keys.chunks(500) {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut connection);
+    }
 }
 
 impl Harness {
@@ -57,6 +84,7 @@ pub fn memory(history: usize) -> Harness {
         backend: backend.clone(),
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
+        cleanup: None,
         _server: None,
     }
 }
@@ -81,6 +109,7 @@ pub async fn redis(history: usize) -> Harness {
     let (url, server) = redis_url().await;
     let clock = Arc::new(ManualClock::new(T0));
     let config = redis_config(&url, history, Some(clock.clone()));
+    let cleanup = Some((url.clone(), config.prefix.clone()));
     let backend = Arc::new(
         RedisBackend::connect(config)
             .await
@@ -90,6 +119,7 @@ pub async fn redis(history: usize) -> Harness {
         backend: backend.clone(),
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
+        cleanup,
         _server: server,
     }
 }
