@@ -892,80 +892,27 @@ fn the_expiry_and_ephemeral_models_reject_what_no_order_explains() {
             output,
         }
     }
+    let acquire = |ttl| ExpIn::Acquire { ttl };
+    let acquired = |fence, expires_at| ExpOut::Acquired { fence, expires_at };
+    let busy = |fence, remaining| ExpOut::Busy { fence, remaining };
     // Acquired at 100 for 50 ms; another acquire at 120 (before the expiry
     // at 150) cannot have succeeded ...
     let early = vec![
-        op(
-            0,
-            1,
-            ExpIn::Acquire { ttl: 50 },
-            ExpOut::Acquired {
-                fence: 1,
-                expires_at: 150,
-            },
-        ),
-        op(
-            2,
-            3,
-            ExpIn::Acquire { ttl: 50 },
-            ExpOut::Acquired {
-                fence: 2,
-                expires_at: 170,
-            },
-        ),
+        op(0, 1, acquire(50), acquired(1, 150)),
+        op(2, 3, acquire(50), acquired(2, 170)),
     ];
     assert!(!history::linearizable(&ExpiringLockModel, &early));
     // ... but at 150 it can,
     let on_time = vec![
-        op(
-            0,
-            1,
-            ExpIn::Acquire { ttl: 50 },
-            ExpOut::Acquired {
-                fence: 1,
-                expires_at: 150,
-            },
-        ),
-        op(
-            2,
-            3,
-            ExpIn::Acquire { ttl: 50 },
-            ExpOut::Acquired {
-                fence: 2,
-                expires_at: 200,
-            },
-        ),
+        op(0, 1, acquire(50), acquired(1, 150)),
+        op(2, 3, acquire(50), acquired(2, 200)),
     ];
     assert!(history::linearizable(&ExpiringLockModel, &on_time));
     // and the store's time cannot run backwards between two busy replies.
     let backwards = vec![
-        op(
-            0,
-            1,
-            ExpIn::Acquire { ttl: 50 },
-            ExpOut::Acquired {
-                fence: 1,
-                expires_at: 150,
-            },
-        ),
-        op(
-            2,
-            3,
-            ExpIn::Acquire { ttl: 9 },
-            ExpOut::Busy {
-                fence: 1,
-                remaining: 10,
-            },
-        ),
-        op(
-            4,
-            5,
-            ExpIn::Acquire { ttl: 9 },
-            ExpOut::Busy {
-                fence: 1,
-                remaining: 30,
-            },
-        ),
+        op(0, 1, acquire(50), acquired(1, 150)),
+        op(2, 3, acquire(9), busy(1, 10)),
+        op(4, 5, acquire(9), busy(1, 30)),
     ];
     assert!(!history::linearizable(&ExpiringLockModel, &backwards));
 
