@@ -35,7 +35,7 @@ use crate::compose;
 pub const INVENTORY_FUNCTION: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/inventory-fn.wasm"));
 
-/// How many requests may run at once; one more gets a 503.
+/// How many requests may run at once by default; one more gets a 503.
 pub const MAX_CONCURRENT_REQUESTS: u32 = 500;
 
 /// A request's instance is stopped this long after it started (a function
@@ -57,7 +57,17 @@ impl Server {
     /// coord's interfaces) and link it to `backend`, WASI and `wasi:http`.
     /// Must be called inside a Tokio runtime (it starts the epoch ticker).
     pub fn new(function: &[u8], backend: Arc<dyn Backend>) -> wasmtime::Result<Server> {
-        let engine = Engine::new(&engine_config())?;
+        Server::with_capacity(function, backend, MAX_CONCURRENT_REQUESTS)
+    }
+
+    /// [`Server::new`] with room for `max_requests` requests at once (each
+    /// holds one instance while it runs); one more is answered 503.
+    pub fn with_capacity(
+        function: &[u8],
+        backend: Arc<dyn Backend>,
+        max_requests: u32,
+    ) -> wasmtime::Result<Server> {
+        let engine = Engine::new(&engine_config(max_requests))?;
         let mut component = Component::new(&engine, function).context("compiling the function")?;
         let composed = compose::imports_coord(&engine, &component);
         if composed {
@@ -276,8 +286,8 @@ impl HasData for CoordStore {
 
 /// Pooling for composed functions: each instance holds the function's and
 /// coord's core instances, memories and tables, and the adapters'.
-fn engine_config() -> Config {
-    let mut config = crate::pooled_config(MAX_CONCURRENT_REQUESTS, 16, 2, 4);
+fn engine_config(max_requests: u32) -> Config {
+    let mut config = crate::pooled_config(max_requests, 16, 2, 4);
     config.epoch_interruption(true);
     config
 }

@@ -542,3 +542,69 @@ async fn with_redis_down_every_route_answers_503_and_work_resumes_after() {
         "fences stay monotonic across the restart"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_beyond_the_instance_limit_gets_503_until_one_frees() {
+    let prefix = Prefix::new("full").await;
+    let shared = [
+        "--redis",
+        prefix.url.as_str(),
+        "--prefix",
+        prefix.name.as_str(),
+    ];
+    let limited = Serve::start(&[&shared[..], &["--max-requests", "2"]].concat());
+    let other = Serve::start(&shared);
+    let snapshot = other.call("GET", "/items/box/editors", None, "").await;
+    let watch = format!(
+        "/items/box/editors/watch?after={}&timeout_ms=30000",
+        snapshot.json["revision"].as_str().unwrap()
+    );
+    // A watch holds its instance until a change arrives; one that raced the
+    // probe below for a slot is answered 503 and tries again.
+    let hold = || async {
+        loop {
+            let reply = limited.call("GET", &watch, None, "").await;
+            if reply.status != 503 {
+                return reply;
+            }
+        }
+    };
+    let probe = async {
+        let mut refused = None;
+        for _ in 0..5000 {
+            let reply = limited.call("GET", "/items/box", None, "").await;
+            if reply.status == 503 {
+                refused = Some(reply);
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        // Wake both watches through the other process.
+        let joined = other.call("PUT", "/items/box/editors/s1", None, "{}").await;
+        assert_eq!(joined.status, 200, "{}", joined.json);
+        refused
+    };
+    let (first, second, refused) = tokio::join!(hold(), hold(), probe);
+    let refused = refused.expect("with both instances held, a third request is refused");
+    assert_eq!(refused.json["field"], "runtime", "{}", refused.json);
+    for watched in [first, second] {
+        assert_eq!(watched.status, 200, "{}", watched.json);
+        assert_eq!(
+            watched.json["events"][0]["type"], "upsert",
+            "{}",
+            watched.json
+        );
+    }
+    // The instances are back in the pool: requests are served again.
+    let mut served = false;
+    for _ in 0..1000 {
+        if limited.call("GET", "/items/box", None, "").await.status == 200 {
+            served = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(served, "requests are served once the watches returned");
+    drop((limited, other));
+    common::delete_prefix(&prefix.url, &prefix.name);
+}

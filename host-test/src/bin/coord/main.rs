@@ -18,6 +18,7 @@ use coord_host::serve::Server;
 
 const USAGE: &str = "\
 usage: coord serve [FUNCTION.wasm] [--redis [URL]] [--prefix NAME] [--listen ADDR]
+                   [--max-requests N]
        coord compose FUNCTION.wasm -o OUT.wasm
        coord demo [--redis [URL]]
        coord help
@@ -27,6 +28,8 @@ usage: coord serve [FUNCTION.wasm] [--redis [URL]] [--prefix NAME] [--listen ADD
                    function importing coord:sync/lock, ephemeral or ratelimit
                    is composed with the coord component first
   --listen ADDR    where to listen (default 127.0.0.1:8080)
+  --max-requests N requests run at once, each in its own instance (default
+                   500); one more is answered 503
   --redis [URL]    keep coordination state in Redis instead of in memory:
                    URL, else $REDIS_URL, else redis://127.0.0.1:6379
                    (rediss:// for TLS); processes on one Redis share it
@@ -57,6 +60,7 @@ enum Command {
         function: Option<String>,
         target: Target,
         listen: String,
+        max_requests: u32,
     },
     Compose {
         function: String,
@@ -71,6 +75,7 @@ fn parse(args: &[String]) -> Result<Command, String> {
     let mut redis = None;
     let mut prefix = None;
     let mut listen = None;
+    let mut max_requests = None;
     let mut rest = rest.iter().peekable();
     while let Some(arg) = rest.next() {
         let mut value = |flag: &str| {
@@ -88,6 +93,14 @@ fn parse(args: &[String]) -> Result<Command, String> {
             }
             "--prefix" => prefix = Some(value("--prefix")?),
             "--listen" => listen = Some(value("--listen")?),
+            "--max-requests" => {
+                let n = value("--max-requests")?;
+                let n =
+                    n.parse().ok().filter(|&n: &u32| n > 0).ok_or_else(|| {
+                        format!("--max-requests must be a positive number, not {n}")
+                    })?;
+                max_requests = Some(n);
+            }
             "-o" | "--out" => out = Some(value("-o")?),
             flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
             path if function.is_none() => function = Some(path.to_string()),
@@ -103,18 +116,28 @@ fn parse(args: &[String]) -> Result<Command, String> {
         None => Target::Memory,
     };
     match command.as_str() {
-        "demo" if function.is_none() && listen.is_none() && out.is_none() => {
+        "demo"
+            if function.is_none()
+                && listen.is_none()
+                && out.is_none()
+                && max_requests.is_none() =>
+        {
             Ok(Command::Demo(target))
         }
         "serve" if out.is_none() => Ok(Command::Serve {
             function,
             target,
             listen: listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
+            max_requests: max_requests.unwrap_or(coord_host::serve::MAX_CONCURRENT_REQUESTS),
         }),
-        "compose" if listen.is_none() && matches!(target, Target::Memory) => Ok(Command::Compose {
-            function: function.ok_or("compose needs FUNCTION.wasm")?,
-            out: out.ok_or("compose needs -o OUT.wasm")?,
-        }),
+        "compose"
+            if listen.is_none() && max_requests.is_none() && matches!(target, Target::Memory) =>
+        {
+            Ok(Command::Compose {
+                function: function.ok_or("compose needs FUNCTION.wasm")?,
+                out: out.ok_or("compose needs -o OUT.wasm")?,
+            })
+        }
         other => Err(format!("unknown command or options for {other}")),
     }
 }
@@ -142,7 +165,8 @@ async fn main() -> ExitCode {
             function,
             target,
             listen,
-        } => serve(function, target, &listen).await,
+            max_requests,
+        } => serve(function, target, &listen, max_requests).await,
         Command::Compose { function, out } => compose(&function, &out),
     };
     match outcome {
@@ -186,7 +210,12 @@ async fn demo(target: Target) -> wasmtime::Result<()> {
     demo::run(backend, inventory, &place).await
 }
 
-async fn serve(function: Option<String>, target: Target, listen: &str) -> wasmtime::Result<()> {
+async fn serve(
+    function: Option<String>,
+    target: Target,
+    listen: &str,
+    max_requests: u32,
+) -> wasmtime::Result<()> {
     let (bytes, name) = match &function {
         Some(path) => (
             std::fs::read(path).map_err(|e| wasmtime::format_err!("reading {path}: {e}"))?,
@@ -198,7 +227,7 @@ async fn serve(function: Option<String>, target: Target, listen: &str) -> wasmti
         ),
     };
     let (backend, place) = backend(&target).await?;
-    let server = Arc::new(Server::new(&bytes, backend)?);
+    let server = Arc::new(Server::with_capacity(&bytes, backend, max_requests)?);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| wasmtime::format_err!("listening on {listen}: {e}"))?;
