@@ -579,6 +579,22 @@ pub async fn handoff(
         let _ = tx.send(());
         wake.push(waiter.await?.saturating_duration_since(sent));
     }
+    // A handoff starts after the waiter, the releaser's connection and Redis
+    // itself sat idle for 20-170 ms; so does this PING, unlike the
+    // back-to-back PINGs of the tables above.
+    let mut idle_ping = Stats::default();
+    if let Some(url) = &redis {
+        let config = coord_host::backend::redis::RedisConfig::new(url.clone());
+        let r = RedisBackend::connect(config)
+            .await
+            .map_err(|e| failed(&format!("{e:?}")))?;
+        for n in 0..effort.handoffs {
+            tokio::time::sleep(Duration::from_millis(20 + (n as u64 * 37) % 150)).await;
+            let sent = Instant::now();
+            r.ping().await.map_err(|e| failed(&format!("{e:?}")))?;
+            idle_ping.push(sent.elapsed());
+        }
+    }
     let rt = if redis.is_some() {
         " (one Redis round trip is the PING above)"
     } else {
@@ -598,10 +614,18 @@ pub async fn handoff(
         effort.handoffs / 5
     );
     println!(
-        "  (a bare task wake-up   p50 {:>9} µs  p99 {:>9} µs: the scheduling floor)\n",
+        "  (a bare task wake-up   p50 {:>9} µs  p99 {:>9} µs: the scheduling floor)",
         fmt_us(wake.median()),
         fmt_us(wake.p99())
     );
+    if redis.is_some() {
+        println!(
+            "  (a PING after the same idle  p50 {:>9} µs  p99 {:>9} µs: one cold round trip)",
+            fmt_us(idle_ping.median()),
+            fmt_us(idle_ping.p99())
+        );
+    }
+    println!();
     Ok(())
 }
 
