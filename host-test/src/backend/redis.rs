@@ -105,6 +105,9 @@ pub struct RedisBackend {
     round_trips: AtomicU64,
     waiters: Waiters,
     subscriptions: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
+    /// Taken for the whole of each script call when a test clock gives the
+    /// time (see [`RedisBackend::turn`]).
+    test_turn: tokio::sync::Mutex<()>,
 }
 
 fn unavailable(e: RedisError) -> StoreError {
@@ -169,6 +172,7 @@ impl RedisBackend {
             round_trips: AtomicU64::new(0),
             waiters,
             subscriptions: sub_tx,
+            test_turn: tokio::sync::Mutex::new(()),
         };
         Ok(backend)
     }
@@ -300,8 +304,21 @@ impl RedisBackend {
         Ok(WriteReply { outcome, now })
     }
 
+    /// With a test clock, one script call at a time, from reading the clock
+    /// to the reply: the clock is read when a call is built, so calls in
+    /// flight together could reach Redis out of clock order and show the
+    /// store's time going back — which Redis's `TIME`, read inside the
+    /// script, never does. Without a test clock, nothing is held.
+    async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.config.test_clock {
+            Some(_) => Some(self.test_turn.lock().await),
+            None => None,
+        }
+    }
+
     /// `(now, revision, next expiry)` of a partition, after sweeping it.
     async fn check(&self, partition: &str) -> Result<(u64, u64, Option<u64>), StoreError> {
+        let _turn = self.turn().await;
         let reply = self.run(&self.script(partition, "check")).await?;
         let mut r = Reader::new(&reply);
         Ok((r.u64()?, r.u64()?, r.optional_u64()?))
@@ -524,6 +541,7 @@ impl Backend for RedisBackend {
     }
 
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        let _turn = self.turn().await;
         let mut cmd = self.script(partition, "get");
         cmd.arg(key);
         let reply = self.run(&cmd).await?;
@@ -535,6 +553,7 @@ impl Backend for RedisBackend {
     }
 
     async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        let _turn = self.turn().await;
         let mut cmd = self.script(partition, "list");
         cmd.arg(prefix);
         let reply = self.run(&cmd).await?;
@@ -562,6 +581,7 @@ impl Backend for RedisBackend {
                 i64::try_from(t).map_err(|_| StoreError::Invalid("ttl-ms is too large".into()))
             })
             .transpose()?;
+        let _turn = self.turn().await;
         self.write(self.script(partition, "put"), key, value, ttl, condition)
             .await
     }
@@ -572,6 +592,7 @@ impl Backend for RedisBackend {
         key: &str,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
+        let _turn = self.turn().await;
         self.write(self.script(partition, "delete"), key, b"", None, condition)
             .await
     }
@@ -585,6 +606,7 @@ impl Backend for RedisBackend {
     ) -> Result<WriteReply, StoreError> {
         let ttl =
             i64::try_from(ttl_ms).map_err(|_| StoreError::Invalid("ttl-ms is too large".into()))?;
+        let _turn = self.turn().await;
         self.write(
             self.script(partition, "touch"),
             key,
@@ -601,6 +623,7 @@ impl Backend for RedisBackend {
         after: u64,
         max: u32,
     ) -> Result<ChangesReply, StoreError> {
+        let _turn = self.turn().await;
         let mut cmd = self.script(partition, "changes");
         cmd.arg(after).arg(max);
         let reply = self.run(&cmd).await?;
@@ -649,6 +672,7 @@ impl Backend for RedisBackend {
             MeterMode::Peek => "peek",
             MeterMode::Reset => "reset",
         };
+        let _turn = self.turn().await;
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(&self.meter_sha)
             .arg(1)
