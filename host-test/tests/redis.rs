@@ -246,7 +246,7 @@ async fn every_key_carries_a_ttl_so_nothing_leaks() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert_eq!(keys.len(), 8, "two partitions of four keys: {keys:?}");
+        assert_eq!(keys.len(), 6, "two partitions of three keys: {keys:?}");
         for key in keys {
             let ttl: i64 = redis::cmd("PTTL")
                 .arg(&key)
@@ -406,11 +406,10 @@ async fn a_lost_notification_delays_a_waiter_only_until_its_recheck() {
         let (url, _s) = redis_url().await;
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let [m, e_key, x, f, _channel] = backend.keys("p");
+        let [e_key, x, f, _channel] = backend.keys("p");
         let reply: redis::Value = redis::cmd("EVAL")
             .arg(include_str!("../src/backend/redis.lua"))
-            .arg(4)
-            .arg(m)
+            .arg(3)
             .arg(e_key)
             .arg(x)
             .arg(f)
@@ -511,7 +510,11 @@ async fn after_every_ttl_and_the_retention_pass_no_key_remains() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert_eq!(keys.len(), 8, "two partitions were written: {keys:?}");
+        assert_eq!(
+            keys.len(),
+            6,
+            "two partitions of three keys were written: {keys:?}"
+        );
         for _ in 0..250 {
             if keys.is_empty() {
                 return;
@@ -691,6 +694,66 @@ async fn a_stall_longer_than_the_ttl_is_unavailable_and_the_late_holder_loses() 
 }
 
 #[tokio::test]
+async fn the_feed_keeps_exactly_its_history_and_its_stream_stays_bounded() {
+    bounded(async {
+        let (url, _server) = redis_url().await;
+        let backend = RedisBackend::connect(redis_config(&url, 64, None))
+            .await
+            .unwrap();
+        let mut written = Vec::new();
+        for i in 0..1000 {
+            written.push(
+                put(&backend, "k", i.to_string().as_bytes(), None)
+                    .await
+                    .revision,
+            );
+        }
+        // The contract's history, exactly: the last 64 changes and no more.
+        let dropped = written[1000 - 65];
+        let kept = backend.changes("p", dropped, 100).await.unwrap();
+        assert_eq!(kept.changes.len(), 64);
+        assert_eq!(kept.changes[0].revision, written[1000 - 64]);
+        match backend.changes("p", dropped - 1, 100).await {
+            Err(StoreError::HistoryGone(after)) => assert_eq!(after, dropped),
+            other => panic!("expected history-gone after {dropped}, got {other:?}"),
+        }
+        // The stream is trimmed by whole nodes (`MAXLEN ~`), so it holds a
+        // little more than the history, never an unbounded tail.
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let [_e, _x, f, _w] = backend.keys("p");
+        let len: usize = redis::cmd("XLEN")
+            .arg(&f)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            (64..=64 + 200).contains(&len),
+            "the stream holds {len} messages"
+        );
+
+        // A feed that lost messages behind the writer's back (here, all but
+        // the newest) is reported as a gap, never read across.
+        let newest = *written.last().unwrap();
+        let _: usize = redis::cmd("XTRIM")
+            .arg(&f)
+            .arg("MAXLEN")
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        match backend.changes("p", written[1000 - 3], 100).await {
+            Err(StoreError::HistoryGone(after)) => assert_eq!(after, written[1000 - 2]),
+            other => panic!("expected history-gone, got {other:?}"),
+        }
+        let last = backend.changes("p", written[1000 - 2], 100).await.unwrap();
+        assert_eq!(last.changes.len(), 1);
+        assert_eq!(last.changes[0].revision, newest);
+    })
+    .await
+}
+
+#[tokio::test]
 async fn an_entry_without_ttl_keeps_its_partition_until_it_is_gone() {
     bounded(async {
         let (url, _server) = redis_url().await;
@@ -711,10 +774,10 @@ async fn an_entry_without_ttl_keeps_its_partition_until_it_is_gone() {
             }
             out
         };
-        let [m, e, _x, f, _w] = backend.keys("p");
+        let [e, x, f, _w] = backend.keys("p");
         put(&backend, "a", b"v", Some(1000)).await;
         put(&backend, "forever", b"v", None).await;
-        for (key, ttl) in ttls(vec![m.clone(), e.clone(), f.clone()], conn.clone()).await {
+        for (key, ttl) in ttls(vec![e.clone(), x.clone(), f.clone()], conn.clone()).await {
             assert_eq!(
                 ttl, -1,
                 "{key} must persist while an entry without TTL lives"
@@ -724,7 +787,7 @@ async fn an_entry_without_ttl_keeps_its_partition_until_it_is_gone() {
             .delete("p", "forever", &Condition::Always)
             .await
             .unwrap();
-        for (key, ttl) in ttls(vec![m, e, f], conn.clone()).await {
+        for (key, ttl) in ttls(vec![e, x, f], conn.clone()).await {
             assert!(
                 ttl > 0,
                 "{key} got its TTL back once the entry without TTL was gone: {ttl}"

@@ -3,9 +3,9 @@
 //!
 //! Every operation is one `EVALSHA` of `redis.lua` (loaded once, reloaded on
 //! `NOSCRIPT`), except `now`, which is one `TIME`. The script keeps each
-//! partition in four keys that share one hash tag — `<prefix>:{p:<partition>}:m`
-//! (meta), `:e` (entries), `:x` (expiry index), `:f` (change feed, a capped
-//! stream) — so it always touches one cluster slot. Time is Redis's own
+//! partition in three keys that share one hash tag — `<prefix>:{p:<partition>}:e`
+//! (entries and the partition's meta), `:x` (expiry index), `:f` (change
+//! feed, a capped stream) — so it always touches one cluster slot. Time is Redis's own
 //! (`TIME` inside the script); expiries are swept by every script that
 //! touches the partition and recorded in the feed; every key carries a Redis
 //! TTL (the last entry's expiry plus the retention), so an abandoned
@@ -216,21 +216,15 @@ impl RedisBackend {
     }
 
     /// Every key (and the channel) a partition uses, for tests of the layout.
-    pub fn keys(&self, partition: &str) -> [String; 5] {
-        ["m", "e", "x", "f", "w"].map(|part| self.key(partition, part))
+    pub fn keys(&self, partition: &str) -> [String; 4] {
+        ["e", "x", "f", "w"].map(|part| self.key(partition, part))
     }
 
     /// The script call for `op` on `partition`, before its own arguments.
     fn script(&self, partition: &str, op: &str) -> Cmd {
-        let [m, e, x, f, w] = self.keys(partition);
+        let [e, x, f, w] = self.keys(partition);
         let mut cmd = ::redis::cmd("EVALSHA");
-        cmd.arg(&self.sha)
-            .arg(4)
-            .arg(m)
-            .arg(e)
-            .arg(x)
-            .arg(f)
-            .arg(op);
+        cmd.arg(&self.sha).arg(3).arg(e).arg(x).arg(f).arg(op);
         // The script reads Redis's TIME unless a test clock gives the time.
         match &self.config.test_clock {
             Some(clock) => cmd.arg(clock.now_ms()),
