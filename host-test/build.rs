@@ -35,7 +35,14 @@ fn main() -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(root)
-        .args(["build", "--release", "--locked", "-p", "coord-component"])
+        .args([
+            "build",
+            "--profile",
+            "guest",
+            "--locked",
+            "-p",
+            "coord-component",
+        ])
         .args(["-p", "coord-inventory-fn"])
         .args(["--target", "wasm32-unknown-unknown", "--target-dir"])
         .arg(&guest_target)
@@ -52,7 +59,7 @@ fn main() -> anyhow::Result<()> {
     );
 
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
-    let release = guest_target.join("wasm32-unknown-unknown/release");
+    let release = guest_target.join("wasm32-unknown-unknown/guest");
     for (module, component) in [
         ("coord_component.wasm", "coord.wasm"),
         ("coord_inventory_fn.wasm", "inventory-fn.wasm"),

@@ -26,7 +26,26 @@ pub fn ratelimit_partition(id: &str, key: &str) -> String {
 pub const LOCK_HOLDER_KEY: &str = "holder";
 
 fn partition(kind: &str, first: &str, second: &str) -> String {
-    format!("{kind}:{}:{first}:{second}", first.len())
+    // Built by hand rather than with `format!`, which costs more than the
+    // rest of a lock call's guest work (`perf`, BENCHMARKS.md).
+    let mut length = [0u8; 20];
+    let mut at = length.len();
+    let mut n = first.len();
+    loop {
+        at -= 1;
+        // `n % 10` is a single decimal digit.
+        length[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = std::str::from_utf8(&length[at..]).unwrap_or("0");
+    let mut out = String::with_capacity(kind.len() + digits.len() + first.len() + second.len() + 3);
+    for part in [kind, ":", digits, ":", first, ":", second] {
+        out.push_str(part);
+    }
+    out
 }
 
 /// Split a partition name back into (kind, first, second); `None` when it was
@@ -43,6 +62,15 @@ pub fn decode_partition(partition: &str) -> Option<(&str, &str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_length_prefix_is_the_decimal_byte_length() {
+        for len in [0, 1, 9, 10, 99, 100, 1024] {
+            let id = "i".repeat(len);
+            assert_eq!(lock_partition(&id, "r"), format!("lock:{len}:{id}:r"));
+        }
+        assert_eq!(ratelimit_partition("ü", ""), "rl:2:ü:");
+    }
 
     #[test]
     fn adversarial_names_get_distinct_partitions_that_decode_back() {

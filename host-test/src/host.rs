@@ -164,9 +164,14 @@ impl random::Host for HostState {
     }
 }
 
+/// Fill `bytes` from this thread's CSPRNG: ChaCha12, seeded from the
+/// operating system and reseeded after every 64 KiB it gives, as `wasi:random`
+/// allows ("cryptographically-secure random or pseudo-random bytes"). A
+/// `getrandom` system call per owner token cost about a tenth of an in-memory
+/// acquire (`perf`, BENCHMARKS.md).
 fn fill_random(bytes: &mut [u8]) {
-    // The OS source failing is not something a caller can cause or fix.
-    getrandom::fill(bytes).expect("the operating system's random source failed");
+    use rand::Rng;
+    rand::rng().fill_bytes(bytes);
 }
 
 // Conversions between the two generated type families: wasmtime's (host side)

@@ -386,3 +386,11 @@ fn an_unreachable_store_is_unavailable_never_busy_or_acquired() {
         Err(Error::Unavailable(_))
     ));
 }
+
+#[test]
+fn owner_tokens_are_two_lowercase_hex_digits_per_byte() {
+    assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+    let bytes: Vec<u8> = (0..=255).collect();
+    let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex(&bytes), expected);
+}

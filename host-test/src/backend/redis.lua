@@ -176,12 +176,11 @@ local function finish(reply)
     table.insert(pending, pack_meta())
     -- The hash first: a TTL cannot be set on a key that does not exist yet.
     redis.call('HSET', E, unpack(pending))
-    for _, k in ipairs({E, X, F}) do
-      if command == 'PERSIST' then
-        redis.call('PERSIST', k)
-      elseif command == 'PEXPIRE' then
-        redis.call('PEXPIRE', k, int(armed_until - now))
-      end
+    if command == 'PERSIST' then
+      for _, k in ipairs({E, X, F}) do redis.call('PERSIST', k) end
+    elseif command == 'PEXPIRE' then
+      local ms = int(armed_until - now)
+      for _, k in ipairs({E, X, F}) do redis.call('PEXPIRE', k, ms) end
     end
     redis.call('PUBLISH', channel, int(rev))
   elseif meta_changed and rev > 0 then

@@ -4,7 +4,8 @@
 //! `cargo run --release -p coord-host --bin coord-bench [-- --redis URL] [--quick]`
 //!
 //! `coord-bench --profile-acquire N` runs only N in-memory acquire+release
-//! pairs through the component, for a profiler (see BENCHMARKS.md).
+//! pairs through the component, for a profiler (see BENCHMARKS.md); with
+//! `--perf-map`, on the real engine configuration with a perf map of the JIT code.
 //!
 //! "Native" is the same store operation called on the same backend straight
 //! from Rust, with no component in between: on Redis, the same scripts sent
@@ -66,7 +67,8 @@ async fn main() -> wasmtime::Result<()> {
         // For `valgrind --tool=callgrind`: only in-memory acquire+release
         // through the component, so the profile shows nothing else.
         let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
-        return ops::profile_acquire(Arc::new(MemoryBackend::default()), n).await;
+        let perf_map = args.iter().any(|a| a == "--perf-map");
+        return ops::profile_acquire(Arc::new(MemoryBackend::default()), n, perf_map).await;
     }
     println!(
         "coord-bench: {} cores; medians of {} operations per row\n",

@@ -169,7 +169,9 @@ async fn native_op(op: Op, b: &dyn Backend, n: &str) -> wasmtime::Result<()> {
     Ok(())
 }
 
-/// The per-operation table at concurrency 1.
+/// The per-operation table at concurrency 1. Each repetition runs the
+/// component's operation, the native one and (on Redis) a PING back to back,
+/// so all three columns see the same moments of a shared, drifting VM.
 pub async fn per_operation(
     label: &str,
     backend: Arc<dyn Backend>,
@@ -209,45 +211,31 @@ pub async fn per_operation(
             "operation", "component", "native", "ratio", "calls"
         );
     }
+    let redis_backend = redis.as_ref().map(|r| r.0.clone());
     for op in OPS {
-        let (component, calls, trips) = match op {
-            Op::Extend => time_extend(&mut i, effort, redis.as_ref().map(|r| &r.0)).await?,
+        let row = match op {
+            Op::Extend => {
+                time_extend(&mut i, backend.as_ref(), redis_backend.as_ref(), effort).await?
+            }
             _ => {
-                let mut s = Stats::default();
-                let (calls0, trips0) = (
-                    i.store_calls(),
-                    redis.as_ref().map_or(0, |r| r.0.round_trips()),
-                );
+                let mut row = Row::default();
                 for n in 0..effort.reps {
                     let key = format!("k{}", n % 100);
+                    let (calls0, trips0) = (i.store_calls(), trips(&redis_backend));
                     let start = Instant::now();
                     component_op(op, &mut i, &key).await?;
-                    s.push(start.elapsed());
-                }
-                let reps = effort.reps as f64;
-                let trips = redis.as_ref().map_or(0, |r| r.0.round_trips()) - trips0;
-                (
-                    s,
-                    (i.store_calls() - calls0) as f64 / reps,
-                    trips as f64 / reps,
-                )
-            }
-        };
-        let native = match op {
-            Op::Extend => time_native_extend(backend.as_ref(), effort).await?,
-            _ => {
-                let mut s = Stats::default();
-                for n in 0..effort.reps {
-                    let key = format!("k{}", n % 100);
+                    row.component.push(start.elapsed());
+                    row.calls += i.store_calls() - calls0;
+                    row.trips += trips(&redis_backend) - trips0;
+
                     let start = Instant::now();
                     native_op(op, backend.as_ref(), &key).await?;
-                    s.push(start.elapsed());
+                    row.native.push(start.elapsed());
+                    row.ping(&redis_backend).await?;
                 }
-                s
+                row
             }
         };
-        let (c, n) = (component.median(), native.median());
-        let ratio = c.as_secs_f64() / n.as_secs_f64();
         let name = match op {
             Op::AcquireRelease => "acquire+release",
             Op::Extend => "extend",
@@ -256,40 +244,135 @@ pub async fn per_operation(
             Op::Touch => "touch",
             Op::Snapshot100 => "snapshot of 100",
         };
-        match &redis {
-            Some((r, _)) => {
-                // PING measured right after the row, so both see the same machine.
-                let mut pings = Stats::default();
-                for _ in 0..effort.reps {
-                    let start = Instant::now();
-                    r.ping().await.map_err(|e| failed(&format!("{e:?}")))?;
-                    pings.push(start.elapsed());
-                }
-                let p = pings.median().as_secs_f64();
-                let (cp, np) = (c.as_secs_f64() / p, n.as_secs_f64() / p);
-                println!(
-                    "  {name:<16} {:>10} {:>8} {ratio:>7.2}× {:>7} {cp:>7.2}× {np:>7.2}× {calls:>7.2} {trips:>7.2}",
-                    fmt_us(c),
-                    fmt_us(n),
-                    fmt_us(pings.median())
-                );
-            }
-            None => println!(
-                "  {name:<16} {:>10} {:>8} {ratio:>7.2}× {calls:>7.2}",
-                fmt_us(c),
-                fmt_us(n)
-            ),
-        }
+        row.print(name, effort.reps, redis.is_some());
+    }
+    if let Some((_, url)) = &redis {
+        bare_lock(url, effort).await?;
     }
     println!();
     Ok(())
 }
 
+/// One row of the per-operation table: samples and counters.
+#[derive(Default)]
+struct Row {
+    component: Stats,
+    native: Stats,
+    pings: Stats,
+    calls: u64,
+    trips: u64,
+}
+
+impl Row {
+    /// One PING on `redis`, timed, when the row is on Redis.
+    async fn ping(&mut self, redis: &Option<Arc<RedisBackend>>) -> wasmtime::Result<()> {
+        if let Some(r) = redis {
+            let start = Instant::now();
+            r.ping().await.map_err(|e| failed(&format!("{e:?}")))?;
+            self.pings.push(start.elapsed());
+        }
+        Ok(())
+    }
+
+    fn print(&self, name: &str, reps: usize, on_redis: bool) {
+        let (c, n) = (self.component.median(), self.native.median());
+        let ratio = c.as_secs_f64() / n.as_secs_f64();
+        let calls = self.calls as f64 / reps as f64;
+        let trips = self.trips as f64 / reps as f64;
+        if on_redis {
+            let p = self.pings.median().as_secs_f64();
+            let (cp, np) = (c.as_secs_f64() / p, n.as_secs_f64() / p);
+            println!(
+                "  {name:<16} {:>10} {:>8} {ratio:>7.2}× {:>7} {cp:>7.2}× {np:>7.2}× {calls:>7.2} {trips:>7.2}",
+                fmt_us(c),
+                fmt_us(n),
+                fmt_us(self.pings.median())
+            );
+        } else {
+            println!(
+                "  {name:<16} {:>10} {:>8} {ratio:>7.2}× {calls:>7.2}",
+                fmt_us(c),
+                fmt_us(n)
+            );
+        }
+    }
+}
+
+/// Requests sent to Redis so far, or 0 in memory.
+fn trips(redis: &Option<Arc<RedisBackend>>) -> u64 {
+    redis.as_ref().map_or(0, |r| r.round_trips())
+}
+
+/// The reference the lock target was set against: the bare Redis lock of
+/// seed 000 (`SET key owner NX PX ttl`, then a compare-and-delete script), no
+/// fence, no change feed, no expiry record; with PINGs on its own connection,
+/// interleaved the same way.
+async fn bare_lock(url: &str, effort: Effort) -> wasmtime::Result<()> {
+    let err = |e: ::redis::RedisError| failed(&format!("{e:?}"));
+    let client = ::redis::Client::open(url).map_err(err)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(err)?;
+    let release = ::redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    let key = format!("coordbench-bare-{}", std::process::id());
+    let owner = "0123456789abcdef0123456789abcdef";
+    let (mut pair, mut pings) = (Stats::default(), Stats::default());
+    for _ in 0..effort.reps {
+        let start = Instant::now();
+        let set: Option<String> = ::redis::cmd("SET")
+            .arg(&key)
+            .arg(owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        let deleted: i64 = release
+            .key(&key)
+            .arg(owner)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(err)?;
+        pair.push(start.elapsed());
+        if set.is_none() || deleted != 1 {
+            return Err(failed("the bare lock was not taken and released"));
+        }
+        let start = Instant::now();
+        let _: String = ::redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        pings.push(start.elapsed());
+    }
+    let (c, p) = (pair.median(), pings.median());
+    println!(
+        "  {:<16} {:>10} {:>8} {:>8} {:>7} {:>8} {:>7.2}× {:>7} {:>7.2}",
+        "bare SET NX lock",
+        "—",
+        fmt_us(c),
+        "—",
+        fmt_us(p),
+        "—",
+        c.as_secs_f64() / p.as_secs_f64(),
+        "—",
+        2.0
+    );
+    Ok(())
+}
+
+/// Extend, interleaved like the other rows: the component extends its held
+/// lock, then the same touch runs natively on a lock of its own.
 async fn time_extend(
     i: &mut Instance,
-    effort: Effort,
+    b: &dyn Backend,
     redis: Option<&Arc<RedisBackend>>,
-) -> wasmtime::Result<(Stats, f64, f64)> {
+    effort: Effort,
+) -> wasmtime::Result<Row> {
+    let redis = redis.cloned();
     let AcquireOutcome::Acquired(mut lock) = i
         .acquire(LOCK_ID, "extend-me", no_wait())
         .await?
@@ -297,9 +380,12 @@ async fn time_extend(
     else {
         return Err(failed("busy"));
     };
-    let mut s = Stats::default();
-    let (calls0, trips0) = (i.store_calls(), redis.map_or(0, |r| r.round_trips()));
+    let partition = keys::lock_partition(LOCK_ID, "extend-native");
+    let err = |e| failed(&format!("{e:?}"));
+    let guard = native_acquire(b, &partition).await?;
+    let mut row = Row::default();
     for _ in 0..effort.reps {
+        let (calls0, trips0) = (i.store_calls(), trips(&redis));
         let start = Instant::now();
         let ExtendOutcome::Extended(next) = i
             .extend(&lock, None)
@@ -308,16 +394,25 @@ async fn time_extend(
         else {
             return Err(failed("lost"));
         };
-        s.push(start.elapsed());
+        row.component.push(start.elapsed());
+        row.calls += i.store_calls() - calls0;
+        row.trips += trips(&redis) - trips0;
         lock = next;
+
+        let start = Instant::now();
+        b.touch(&partition, keys::LOCK_HOLDER_KEY, 30_000, &guard)
+            .await
+            .map_err(err)?;
+        row.native.push(start.elapsed());
+        row.ping(&redis).await?;
     }
-    let reps = effort.reps as f64;
-    let trips = redis.map_or(0, |r| r.round_trips()) - trips0;
-    let calls = (i.store_calls() - calls0) as f64 / reps;
     i.release(&lock)
         .await?
         .map_err(|e| failed(&format!("{e:?}")))?;
-    Ok((s, calls, trips as f64 / reps))
+    b.delete(&partition, keys::LOCK_HOLDER_KEY, &guard)
+        .await
+        .map_err(err)?;
+    Ok(row)
 }
 
 /// A lock acquired natively, as the component would: create-if-absent with a
@@ -341,24 +436,6 @@ async fn native_acquire(b: &dyn Backend, partition: &str) -> wasmtime::Result<Co
         revision: entry.revision,
         value: owner.to_vec(),
     }))
-}
-
-async fn time_native_extend(b: &dyn Backend, effort: Effort) -> wasmtime::Result<Stats> {
-    let partition = keys::lock_partition(LOCK_ID, "extend-native");
-    let err = |e| failed(&format!("{e:?}"));
-    let guard = native_acquire(b, &partition).await?;
-    let mut s = Stats::default();
-    for _ in 0..effort.reps {
-        let start = Instant::now();
-        b.touch(&partition, keys::LOCK_HOLDER_KEY, 30_000, &guard)
-            .await
-            .map_err(err)?;
-        s.push(start.elapsed());
-    }
-    b.delete(&partition, keys::LOCK_HOLDER_KEY, &guard)
-        .await
-        .map_err(err)?;
-    Ok(s)
 }
 
 /// Run `tasks` tasks of `per_task` timed steps each; all samples and the
@@ -630,13 +707,27 @@ pub async fn handoff(
 }
 
 /// `n` acquire+release pairs through the component on `backend`, nothing else.
-pub async fn profile_acquire(backend: Arc<dyn Backend>, n: usize) -> wasmtime::Result<()> {
-    // No pooling and a small reservation: valgrind cannot map the pool's
-    // terabytes of address space. Per-call costs are what is profiled.
-    let mut config = wasmtime::Config::new();
-    config
-        .memory_reservation(64 << 20)
-        .memory_guard_size(64 << 10);
+///
+/// For `perf` (`perf_map`), the real engine configuration with a perf map of
+/// the JIT-compiled code, so `perf report` names the guest's functions.
+pub async fn profile_acquire(
+    backend: Arc<dyn Backend>,
+    n: usize,
+    perf_map: bool,
+) -> wasmtime::Result<()> {
+    let config = if perf_map {
+        let mut config = coord_host::engine_config();
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        config
+    } else {
+        // No pooling and a small reservation: valgrind cannot map the pool's
+        // terabytes of address space. Per-call costs are what is profiled.
+        let mut config = wasmtime::Config::new();
+        config
+            .memory_reservation(64 << 20)
+            .memory_guard_size(64 << 10);
+        config
+    };
     let runtime = Runtime::with_config(coord_host::COMPONENT, &config, backend)?;
     let mut i = runtime.instantiate().await?;
     for k in 0..n {
