@@ -32,9 +32,18 @@ impl Slot {
     /// Record due expiries, waking waiters if any; whether to keep the slot.
     fn sweep(&mut self, now: u64) -> bool {
         if self.partition.sweep(now) > 0 {
-            self.mutations.send_modify(|n| *n = n.wrapping_add(1));
+            self.wake();
         }
         self.worth_keeping()
+    }
+
+    /// Wake the partition's waiters. Nobody subscribed, nobody to wake: a
+    /// waiter subscribes under the map's lock together with reading the
+    /// revision, so it cannot miss a change made while it was not listening.
+    fn wake(&self) {
+        if self.mutations.receiver_count() > 0 {
+            self.mutations.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 
     /// A partition that never had an entry (a rate-limit key) is dropped
@@ -125,7 +134,7 @@ impl MemoryBackend {
         slot.partition.sweep(now);
         let result = f(slot, now);
         if before != (slot.partition.revision(), slot.partition.next_expiry()) {
-            slot.mutations.send_modify(|n| *n = n.wrapping_add(1));
+            slot.wake();
         }
         if !slot.worth_keeping() {
             partitions.map.remove(name);

@@ -20,6 +20,7 @@ use crate::measure::{Stats, fmt_us};
 #[derive(Clone, Copy, Debug)]
 enum Op {
     AcquireRelease,
+    Acquire,
     Extend,
     Check,
     Upsert,
@@ -27,8 +28,9 @@ enum Op {
     Snapshot100,
 }
 
-const OPS: [Op; 6] = [
+const OPS: [Op; 7] = [
     Op::AcquireRelease,
+    Op::Acquire,
     Op::Extend,
     Op::Check,
     Op::Upsert,
@@ -90,7 +92,7 @@ async fn component_op(op: Op, i: &mut Instance, n: &str) -> wasmtime::Result<()>
                 .await?
                 .map_err(|e| failed(&format!("{e:?}")))?;
         }
-        Op::Extend => return Err(failed("extend is measured with a held record")),
+        Op::Extend | Op::Acquire => return Err(failed("measured by a function of its own")),
         Op::Check => {
             i.check(&limiter(), n, None)
                 .await?
@@ -130,7 +132,7 @@ async fn native_op(op: Op, b: &dyn Backend, n: &str) -> wasmtime::Result<()> {
                 .await
                 .map_err(err)?;
         }
-        Op::Extend => return Err(failed("extend is measured with a held record")),
+        Op::Extend | Op::Acquire => return Err(failed("measured by a function of its own")),
         Op::Check => {
             b.meter(
                 &keys::ratelimit_partition("bench.limit", n),
@@ -217,6 +219,7 @@ pub async fn per_operation(
             Op::Extend => {
                 time_extend(&mut i, backend.as_ref(), redis_backend.as_ref(), effort).await?
             }
+            Op::Acquire => time_acquire(&mut i, backend.as_ref(), &redis_backend, effort).await?,
             _ => {
                 let mut row = Row::default();
                 for n in 0..effort.reps {
@@ -238,6 +241,7 @@ pub async fn per_operation(
         };
         let name = match op {
             Op::AcquireRelease => "acquire+release",
+            Op::Acquire => "acquire alone",
             Op::Extend => "extend",
             Op::Check => "ratelimit check",
             Op::Upsert => "upsert",
@@ -362,6 +366,46 @@ async fn bare_lock(url: &str, effort: Effort) -> wasmtime::Result<()> {
         2.0
     );
     Ok(())
+}
+
+/// Acquire alone, interleaved like the other rows: each lock is released
+/// outside the timed part, so the row is the cost of one acquire.
+async fn time_acquire(
+    i: &mut Instance,
+    b: &dyn Backend,
+    redis: &Option<Arc<RedisBackend>>,
+    effort: Effort,
+) -> wasmtime::Result<Row> {
+    let err = |e| failed(&format!("{e:?}"));
+    let mut row = Row::default();
+    for n in 0..effort.reps {
+        let resource = format!("k{}", n % 100);
+        let (calls0, trips0) = (i.store_calls(), trips(redis));
+        let start = Instant::now();
+        let AcquireOutcome::Acquired(lock) = i
+            .acquire(LOCK_ID, &resource, no_wait())
+            .await?
+            .map_err(|e| failed(&format!("{e:?}")))?
+        else {
+            return Err(failed("busy"));
+        };
+        row.component.push(start.elapsed());
+        row.calls += i.store_calls() - calls0;
+        row.trips += trips(redis) - trips0;
+        i.release(&lock)
+            .await?
+            .map_err(|e| failed(&format!("{e:?}")))?;
+
+        let partition = keys::lock_partition(LOCK_ID, &resource);
+        let start = Instant::now();
+        let guard = native_acquire(b, &partition).await?;
+        row.native.push(start.elapsed());
+        b.delete(&partition, keys::LOCK_HOLDER_KEY, &guard)
+            .await
+            .map_err(err)?;
+        row.ping(redis).await?;
+    }
+    Ok(row)
 }
 
 /// Extend, interleaved like the other rows: the component extends its held
