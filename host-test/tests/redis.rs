@@ -374,13 +374,14 @@ async fn a_waiter_is_woken_by_the_published_change_not_by_its_recheck() {
             ..c
         })
         .await;
-        let e = put(&backend, "k", b"v", None).await;
+        // TTLs throughout, so the shared Redis forgets these keys by itself.
+        let e = put(&backend, "k", b"v", Some(60_000)).await;
         let b = backend.clone();
         let waiter = tokio::spawn(async move { b.wait("p", e.revision, 3_600_000).await });
         while backend.waiters("p") != 1 {
             tokio::task::yield_now().await;
         }
-        let e2 = put(&backend, "k", b"w", None).await;
+        let e2 = put(&backend, "k", b"w", Some(60_000)).await;
         assert_eq!(waiter.await.unwrap().unwrap(), e2.revision);
     })
     .await
@@ -420,7 +421,7 @@ async fn a_lost_notification_delays_a_waiter_only_until_its_recheck() {
             .arg("nobody-listens")
             .arg("k")
             .arg("lost")
-            .arg(-1)
+            .arg(60_000)
             .arg("always")
             .arg(0)
             .arg("")
@@ -703,7 +704,7 @@ async fn the_feed_keeps_exactly_its_history_and_its_stream_stays_bounded() {
         let mut written = Vec::new();
         for i in 0..1000 {
             written.push(
-                put(&backend, "k", i.to_string().as_bytes(), None)
+                put(&backend, "k", i.to_string().as_bytes(), Some(60_000))
                     .await
                     .revision,
             );
