@@ -5,9 +5,10 @@
 //! `NOSCRIPT`), except `now`, which is one `TIME`. The script keeps each
 //! partition in three keys that share one hash tag — `<prefix>:{p:<partition>}:e`
 //! (entries and the partition's meta), `:x` (expiry index), `:f` (change
-//! feed, a capped stream) — so it always touches one cluster slot. Time is Redis's own
-//! (`TIME` inside the script); expiries are swept by every script that
-//! touches the partition and recorded in the feed; every key carries a Redis
+//! feed, a stream trimmed by whole nodes, its exact history enforced on
+//! read) — so it always touches one cluster slot. Time is Redis's own
+//! (`TIME` inside the script); due expiries are swept by the first script
+//! that touches the partition after them and recorded in the feed; every key carries a Redis
 //! TTL (the last entry's expiry plus the retention), so an abandoned
 //! partition disappears by itself. (Tests may give a [`ManualClock`] in
 //! [`RedisConfig::test_clock`]; its time then replaces `TIME`.)
