@@ -70,6 +70,20 @@ async fn main() -> wasmtime::Result<()> {
         let perf_map = args.iter().any(|a| a == "--perf-map");
         return ops::profile_acquire(Arc::new(MemoryBackend::default()), n, perf_map).await;
     }
+    if let Some(i) = args.iter().position(|a| a == "--profile-redis-check") {
+        // For `perf`: only 64 component instances checking rate limits on
+        // Redis at once, the row whose ratio to native is lowest.
+        let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
+        let config = RedisConfig {
+            prefix: format!("coordbench-{}", std::process::id()),
+            ..RedisConfig::new(redis_url.clone())
+        };
+        let redis = RedisBackend::connect(config)
+            .await
+            .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
+        let native = args.iter().any(|a| a == "--native");
+        return ops::profile_concurrent_check(Arc::new(redis), n, native).await;
+    }
     println!(
         "coord-bench: {} cores; medians of {} operations per row\n",
         num_cpus(),

@@ -19,6 +19,11 @@ impl Stats {
         self.samples.extend(other.samples);
     }
 
+    /// How many samples there are.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
     fn quantile(&self, q: f64) -> Duration {
         if self.samples.is_empty() {
             return Duration::ZERO;

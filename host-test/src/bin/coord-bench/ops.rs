@@ -519,6 +519,35 @@ where
     ))
 }
 
+/// The samples and elapsed time of several runs of [`run_tasks`].
+#[derive(Default)]
+struct Rounds {
+    samples: Stats,
+    operations: f64,
+    seconds: f64,
+}
+
+impl Rounds {
+    /// Add one run's samples and its rate.
+    fn add(&mut self, (samples, rate): (Stats, f64)) {
+        let operations = samples.len() as f64;
+        self.operations += operations;
+        self.seconds += operations / rate;
+        self.samples.extend(samples);
+    }
+
+    /// Operations per second over all runs.
+    fn rate(&self) -> f64 {
+        self.operations / self.seconds
+    }
+
+    /// All samples and the overall rate, as one run reports them.
+    fn total(self) -> (Stats, f64) {
+        let rate = self.rate();
+        (self.samples, rate)
+    }
+}
+
 /// One timed operation of a concurrent task.
 trait Step {
     /// Do it once.
@@ -576,27 +605,39 @@ pub async fn concurrency(
     };
     // One task does as many operations as eight of the 64 do.
     let per_task = |tasks: usize| effort.per_task * if tasks == 1 { 8 } else { 1 };
+    // Component and native take turns, a fifth of the operations at a time,
+    // so that both see the same stretches of a drifting VM.
+    const ROUNDS: usize = 5;
     let runtime = Arc::new(Runtime::new(backend.clone())?);
     for op in [Op::Check, Op::AcquireRelease] {
         for tasks in [1, TASKS] {
-            let component = run_tasks(tasks, per_task(tasks), |t| {
-                let runtime = runtime.clone();
-                async move {
-                    Ok(ComponentStep(
-                        op,
-                        runtime.instantiate().await?,
-                        format!("task-{t}"),
-                    ))
-                }
-            })
-            .await?;
-            row(&format!("{op:?} component"), tasks, component);
-            let native = run_tasks(tasks, per_task(tasks), |t| {
-                let backend = backend.clone();
-                async move { Ok(NativeStep(op, backend, format!("task-{t}"))) }
-            })
-            .await?;
-            row(&format!("{op:?} native"), tasks, native);
+            let (mut component, mut native) = (Rounds::default(), Rounds::default());
+            for _ in 0..ROUNDS {
+                component.add(
+                    run_tasks(tasks, per_task(tasks) / ROUNDS, |t| {
+                        let runtime = runtime.clone();
+                        async move {
+                            Ok(ComponentStep(
+                                op,
+                                runtime.instantiate().await?,
+                                format!("task-{t}"),
+                            ))
+                        }
+                    })
+                    .await?,
+                );
+                native.add(
+                    run_tasks(tasks, per_task(tasks) / ROUNDS, |t| {
+                        let backend = backend.clone();
+                        async move { Ok(NativeStep(op, backend, format!("task-{t}"))) }
+                    })
+                    .await?,
+                );
+            }
+            let ratio = component.rate() / native.rate();
+            row(&format!("{op:?} component"), tasks, component.total());
+            row(&format!("{op:?} native"), tasks, native.total());
+            println!("  {:<24} {tasks:>5} {ratio:>10.2}", "  component / native");
         }
     }
     if let Some(url) = redis {
@@ -778,5 +819,36 @@ pub async fn profile_acquire(
         component_op(Op::AcquireRelease, &mut i, &format!("k{}", k % 100)).await?;
     }
     println!("{n} acquire+release pairs, {} store calls", i.store_calls());
+    Ok(())
+}
+
+/// 64 tasks doing `n` rate-limit checks each on `backend`, through 64
+/// component instances or (`native`) straight on the backend, for a profiler.
+pub async fn profile_concurrent_check(
+    backend: Arc<dyn Backend>,
+    n: usize,
+    native: bool,
+) -> wasmtime::Result<()> {
+    let runtime = Arc::new(Runtime::new(backend.clone())?);
+    let (_, rate) = if native {
+        run_tasks(64, n, |t| {
+            let backend = backend.clone();
+            async move { Ok(NativeStep(Op::Check, backend, format!("task-{t}"))) }
+        })
+        .await?
+    } else {
+        run_tasks(64, n, |t| {
+            let runtime = runtime.clone();
+            async move {
+                Ok(ComponentStep(
+                    Op::Check,
+                    runtime.instantiate().await?,
+                    format!("task-{t}"),
+                ))
+            }
+        })
+        .await?
+    };
+    println!("64 tasks × {n} checks: {rate:.0} checks/s");
     Ok(())
 }
