@@ -123,13 +123,20 @@ impl MemoryBackend {
             partitions.swept_at = now;
             partitions.map.retain(|_, slot| slot.sweep(now));
         }
-        let slot = partitions
-            .map
-            .entry(name.to_string())
-            .or_insert_with(|| Slot {
+        // Look up before inserting: `entry` would need an owned name, an
+        // allocation on every call for a partition that almost always exists.
+        if !partitions.map.contains_key(name) {
+            let slot = Slot {
                 partition: Partition::new(self.history),
                 mutations: watch::Sender::new(0),
-            });
+            };
+            partitions.map.insert(name.to_string(), slot);
+        }
+        let Some(slot) = partitions.map.get_mut(name) else {
+            return Err(StoreError::Unavailable(
+                "the in-memory store lost a partition it just made".into(),
+            ));
+        };
         let before = (slot.partition.revision(), slot.partition.next_expiry());
         slot.partition.sweep(now);
         let result = f(slot, now);
