@@ -201,7 +201,7 @@ local function with_entry(reply, e)
   return reply
 end
 
-if op == 'get' or op == 'put' or op == 'delete' or op == 'touch' then
+if single then
   local key = ARGV[6]
   local e = nil
   if packed then e = decode(key, packed) end
