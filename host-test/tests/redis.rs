@@ -933,3 +933,48 @@ async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_partition_in_an_older_layout_is_refused_not_misread() {
+    bounded(async {
+        let (url, _server) = redis_url().await;
+        let backend = RedisBackend::connect(redis_config(&url, 64, None))
+            .await
+            .unwrap();
+        // What the previous script wrote: the meta as text, an entry as text.
+        let [e, _x, _f, _w] = backend.keys("p");
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::pipe()
+            .cmd("HSET")
+            .arg(&e)
+            .arg("#")
+            .arg("1796040324174001:1796040324174000:1796040924174:0:-1:1")
+            .arg("=k")
+            .arg("1796040324174001:1796040324174:-1:v")
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&e)
+            .arg(60_000)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        match backend.get("p", "k").await {
+            Err(StoreError::Unavailable(why)) => assert!(why.contains("older layout"), "{why}"),
+            other => panic!("expected the layout to be refused, got {other:?}"),
+        }
+        // Nothing was written over it.
+        let meta: String = redis::cmd("HGET")
+            .arg(&e)
+            .arg("#")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            meta,
+            "1796040324174001:1796040324174000:1796040924174:0:-1:1"
+        );
+    })
+    .await
+}

@@ -1,7 +1,9 @@
 -- coord's store contract (wit/store.wit) for one partition, atomically.
 --
--- KEYS[1] entries hash: '=' .. key -> "<revision>:<updated-at>:<expires-at or -1>:<value>"
---                       '#' -> the partition's meta, "<rev>:<created>:<until>:<maxexp>:<sweep>:<seq>":
+-- KEYS[1] entries hash: '=' .. key -> struct.pack('<ddd', revision, updated-at,
+--                       expires-at or -1) .. value
+--                       '#' -> the partition's meta, struct.pack('<Bdddddd', 2, rev,
+--                         created, until, maxexp, sweep, seq): 2 (the layout's version),
 --                         rev (latest revision), created (the floor this incarnation
 --                         started from), until (the time the keys' TTLs were last armed
 --                         to, -1 while an entry without TTL keeps them), maxexp (the
@@ -9,8 +11,17 @@
 --                         before it, -1 when none has a TTL), seq (changes so far)
 -- KEYS[2] expiry  zset: '=' .. key -> expires-at, for the sweep, and '#' at +inf,
 --                       which keeps the key from vanishing when its last entry goes
--- KEYS[3] feed    stream: one message per change, id "<revision>-0", fields
---                       m = "<kind>:<at>:<previous revision>:<seq>", key, v (value)
+-- KEYS[3] feed    stream: one message per change, id "<revision>-0", one field
+--                       m = struct.pack('<dddI4', at, previous revision, seq, #key)
+--                         .. kind ('p' put, 'd' delete, 'e' expire) .. key .. value
+--
+-- Numbers are stored packed as doubles by Redis's bundled `struct` library
+-- (every one here is an integer below 2^53, exact in a double). Stored as
+-- text, parsing and printing them (string.match, tonumber, string.format)
+-- was half of the script's instructions under callgrind (BENCHMARKS.md,
+-- "Where the time goes"). Numbers a command needs as text go through
+-- `int`: redis.call prints a Lua number with '%.17g', which costs about
+-- three times as much.
 --
 -- The feed keeps exactly the last `history` changes, as the contract says,
 -- but that is enforced when it is read: writes trim the stream approximately
@@ -40,17 +51,14 @@ if ARGV[2] == '' then
 else
   now = tonumber(ARGV[2]) -- a test's manual clock
 end
-local history = tonumber(ARGV[3])
-local retention = tonumber(ARGV[4])
-local channel = ARGV[5]
-local single = op == 'get' or op == 'put' or op == 'delete' or op == 'touch'
-local field = single and ('=' .. ARGV[6]) or nil
-
--- Integers print exactly with '%d' (a C long here) up to 2^53, and about
--- three times faster than with '%.0f', which matters at a dozen per call.
+-- An integer as the text a command takes.
 local function int(n)
   return string.format('%d', n)
 end
+
+local single = op == 'put' or op == 'delete' or op == 'touch' or op == 'get'
+local key = ARGV[6]
+local field = single and ('=' .. key) or nil
 
 -- One read for the meta and, for a single-key operation, its entry.
 local meta, packed
@@ -62,62 +70,39 @@ else
 end
 local rev, created, armed_until, maxexp, sweep, seq = 0, 0, 0, 0, -1, 0
 if meta then
-  local a, b, c, d, e, f = string.match(meta, '^(%d+):(%d+):(-?%d+):(%d+):(-?%d+):(%d+)$')
-  rev, created, armed_until = tonumber(a), tonumber(b), tonumber(c)
-  maxexp, sweep, seq = tonumber(d), tonumber(e), tonumber(f)
+  if #meta ~= 49 or string.byte(meta) ~= 2 then
+    -- Written by an earlier coord: refuse rather than misread it. Its keys
+    -- carry TTLs, so the partition ends by itself.
+    return redis.error_reply('coord: partition ' .. E .. ' is in an older layout')
+  end
+  local _
+  _, rev, created, armed_until, maxexp, sweep, seq = struct.unpack('<Bdddddd', meta)
 end
 -- A new incarnation arms the keys' TTLs; a changed partition is published.
 local arm = rev == 0
-local dirty, meta_changed = false, false
-local ttl_less = false
-local pending = {} -- entry fields to write with the meta, in one HSET
+local dirty, meta_changed, ttl_less = false, false, false
+local set_entry = nil -- the key's entry to write with the meta, in one HSET
 
-local function next_revision()
+-- Append a change to the feed under the next revision, and return it.
+local rev_text = nil -- the latest revision as text, for XADD and PUBLISH
+local function record(kind, changed_key, value, at)
+  local previous = rev
   local floor = now * 1000
   if rev == 0 then
     -- A new incarnation: its feed is complete from here on, and nothing
     -- before it can be read from it.
     created = floor - 1
-    rev = created
+    previous = created
     redis.call('ZADD', X, '+inf', '#')
   end
-  rev = math.max(rev + 1, floor)
-  return rev
-end
-
-local function record(kind, key, value, at)
-  local previous = rev
-  local r = next_revision()
-  if previous == 0 then previous = created end
+  rev = previous + 1
+  if rev < floor then rev = floor end
   seq = seq + 1
-  redis.call('XADD', F, 'MAXLEN', '~', history, int(r) .. '-0',
-    'm', string.format('%s:%d:%d:%d', kind, at, previous, seq), 'key', key, 'v', value)
+  rev_text = int(rev)
+  redis.call('XADD', F, 'MAXLEN', '~', ARGV[3], rev_text, 'm',
+    struct.pack('<dddI4', at, previous, seq, #changed_key) .. kind .. changed_key .. value)
   dirty = true
-  return r
-end
-
-local function pack_meta()
-  return string.format('%d:%d:%d:%d:%d:%d', rev, created, armed_until, maxexp, sweep, seq)
-end
-
-local function decode(key, p)
-  local r, u, x, rest = string.match(p, '^(%d+):(%d+):(-?%d+):()')
-  return {key, string.sub(p, rest), tonumber(r), tonumber(u), tonumber(x)}
-end
-
--- Store entry e, whose previous expiry was `before` (-1 for none or absent).
-local function store(e, before)
-  table.insert(pending, '=' .. e[1])
-  table.insert(pending, string.format('%d:%d:%d:', e[3], e[4], e[5]) .. e[2])
-  if e[5] >= 0 then
-    redis.call('ZADD', X, int(e[5]), '=' .. e[1])
-    maxexp = math.max(maxexp, e[5])
-    if sweep < 0 or e[5] < sweep then sweep = e[5] end
-  else
-    if before >= 0 then redis.call('ZREM', X, '=' .. e[1]) end
-    ttl_less = true
-  end
-  dirty = true
+  return rev
 end
 
 -- Record the expiry of every entry whose TTL has run out, in expiry order.
@@ -127,7 +112,7 @@ if sweep >= 0 and sweep <= now then
   if #due > 0 then
     for i = 1, #due, 2 do
       redis.call('HDEL', E, due[i])
-      record('expire', string.sub(due[i], 2), '', tonumber(due[i + 1]))
+      record('e', string.sub(due[i], 2), '', tonumber(due[i + 1]))
       if due[i] == field then packed = nil end
     end
     redis.call('ZREMRANGEBYSCORE', X, '-inf', int(now))
@@ -136,14 +121,6 @@ if sweep >= 0 and sweep <= now then
   sweep = -1
   if first[1] ~= nil and first[1] ~= '#' then sweep = tonumber(first[2]) end
   meta_changed = true
-end
-
-local function holds(e, ctype, crev, cval)
-  if ctype == 'always' then return true end
-  if ctype == 'absent' then return e == nil end
-  if e == nil then return false end
-  if ctype == 'revision' then return e[3] == crev end
-  return e[3] == crev and e[2] == cval
 end
 
 -- Persist the partition's state, keep its keys alive as long as an entry or
@@ -156,11 +133,11 @@ local function finish(reply)
     -- outlive every entry by at least half of it), or the partition is new.
     local forever = ttl_less
     if armed_until == -1 and not forever then
-      -- Does an entry without TTL remain? Count with this call's entries
+      -- Does an entry without TTL remain? Count with this call's entry
       -- written; both counts include the meta field and the sentinel.
-      if #pending > 0 then
-        redis.call('HSET', E, unpack(pending))
-        pending = {}
+      if set_entry then
+        redis.call('HSET', E, field, set_entry)
+        set_entry = nil
       end
       forever = redis.call('HLEN', E) > redis.call('ZCARD', X)
       arm = arm or not forever
@@ -169,88 +146,113 @@ local function finish(reply)
     if forever then
       if armed_until ~= -1 then command, armed_until = 'PERSIST', -1 end
     else
-      local keep_until = math.max(maxexp, now) + retention
+      local retention = tonumber(ARGV[4])
+      local keep_until = (maxexp > now and maxexp or now) + retention
       if arm or keep_until > armed_until + retention / 2 then command, armed_until = 'PEXPIRE', keep_until end
     end
-    table.insert(pending, '#')
-    table.insert(pending, pack_meta())
+    local m = struct.pack('<Bdddddd', 2, rev, created, armed_until, maxexp, sweep, seq)
     -- The hash first: a TTL cannot be set on a key that does not exist yet.
-    redis.call('HSET', E, unpack(pending))
+    if set_entry then
+      redis.call('HSET', E, field, set_entry, '#', m)
+    else
+      redis.call('HSET', E, '#', m)
+    end
     if command == 'PERSIST' then
-      for _, k in ipairs({E, X, F}) do redis.call('PERSIST', k) end
+      redis.call('PERSIST', E)
+      redis.call('PERSIST', X)
+      redis.call('PERSIST', F)
     elseif command == 'PEXPIRE' then
       local ms = int(armed_until - now)
-      for _, k in ipairs({E, X, F}) do redis.call('PEXPIRE', k, ms) end
+      redis.call('PEXPIRE', E, ms)
+      redis.call('PEXPIRE', X, ms)
+      redis.call('PEXPIRE', F, ms)
     end
-    redis.call('PUBLISH', channel, int(rev))
+    redis.call('PUBLISH', ARGV[5], rev_text or int(rev))
   elseif meta_changed and rev > 0 then
     -- Only the sweep bound moved: keep it, so the next call skips the sweep.
-    redis.call('HSET', E, '#', pack_meta())
+    redis.call('HSET', E, '#', struct.pack('<Bdddddd', 2, rev, created, armed_until, maxexp, sweep, seq))
   end
   return reply
 end
 
--- A reply entry is {key, value, revision, updated-at, expires-at or -1}.
-local function with_entry(reply, e)
-  if e == nil then
-    table.insert(reply, 0)
-  else
-    table.insert(reply, 1)
-    for _, v in ipairs(e) do table.insert(reply, v) end
-  end
-  return reply
-end
-
+-- A reply entry is key, value, revision, updated-at, expires-at or -1.
 if single then
-  local key = ARGV[6]
-  local e = nil
-  if packed then e = decode(key, packed) end
+  -- The key's entry, if it has one (after the sweep above).
+  local value, erev, eupd, eexp
+  if packed then
+    erev, eupd, eexp = struct.unpack('<ddd', packed)
+    value = string.sub(packed, 25)
+  end
   if op == 'get' then
-    return finish(with_entry({now}, e))
+    if erev == nil then return finish({now, 0}) end
+    return finish({now, 1, key, value, erev, eupd, eexp})
   end
   -- ARGV[7] value, ARGV[8] ttl-ms or -1, ARGV[9] condition, ARGV[10] revision, ARGV[11] value
-  local ttl, ctype = tonumber(ARGV[8]), ARGV[9]
-  if (op ~= 'put' and e == nil) or not holds(e, ctype, tonumber(ARGV[10]), ARGV[11]) then
-    return finish(with_entry({now, 0}, e))
+  local ctype = ARGV[9]
+  local holds
+  if ctype == 'always' then
+    holds = op == 'put' or erev ~= nil
+  elseif ctype == 'absent' then
+    holds = op == 'put' and erev == nil
+  elseif erev == nil then
+    holds = false
+  elseif ctype == 'revision' then
+    holds = erev == tonumber(ARGV[10])
+  else
+    holds = erev == tonumber(ARGV[10]) and value == ARGV[11]
   end
-  local before = -1
-  if e ~= nil then before = e[5] end
-  if op == 'put' then
-    local value = ARGV[7]
-    local r = record('put', key, value, now)
-    local expires = -1
-    if ttl >= 0 then expires = now + ttl end
-    e = {key, value, r, now, expires}
-    store(e, before)
-  elseif op == 'delete' then
+  if not holds then
+    if erev == nil then return finish({now, 0, 0}) end
+    return finish({now, 0, 1, key, value, erev, eupd, eexp})
+  end
+  local before = eexp or -1
+  if op == 'delete' then
     redis.call('HDEL', E, field)
     if before >= 0 then redis.call('ZREM', X, field) end
-    record('delete', key, '', now)
-  else
-    e[5] = now + ttl
-    store(e, before)
+    record('d', key, '', now)
+    return finish({now, 1, 1, key, value, erev, eupd, eexp})
   end
-  return finish(with_entry({now, 1}, e))
+  if op == 'put' then
+    value = ARGV[7]
+    erev, eupd = record('p', key, value, now), now
+  end
+  local ttl = tonumber(ARGV[8])
+  eexp = -1
+  if ttl >= 0 then eexp = now + ttl end
+  -- Store the entry with the meta, and index its expiry for the sweep.
+  set_entry = struct.pack('<ddd', erev, eupd, eexp) .. value
+  if eexp >= 0 then
+    redis.call('ZADD', X, int(eexp), field)
+    if eexp > maxexp then maxexp = eexp end
+    if sweep < 0 or eexp < sweep then sweep = eexp end
+  else
+    if before >= 0 then redis.call('ZREM', X, field) end
+    ttl_less = true
+  end
+  dirty = true
+  return finish({now, 1, 1, key, value, erev, eupd, eexp})
 elseif op == 'list' then
   local prefix = '=' .. ARGV[6]
   local all = redis.call('HGETALL', E)
-  local keys, entries = {}, {}
+  -- Unsorted: Lua's string order follows the server's locale; the client sorts bytes.
+  local reply = {now, rev, 0}
+  local n, count = 3, 0
   for i = 1, #all, 2 do
-    if string.sub(all[i], 1, #prefix) == prefix then
-      local k = string.sub(all[i], 2)
-      table.insert(keys, k)
-      entries[k] = all[i + 1]
+    local f = all[i]
+    if string.sub(f, 1, #prefix) == prefix then
+      local p = all[i + 1]
+      local r, u, x = struct.unpack('<ddd', p)
+      reply[n + 1], reply[n + 2], reply[n + 3] = string.sub(f, 2), string.sub(p, 25), r
+      reply[n + 4], reply[n + 5] = u, x
+      n, count = n + 5, count + 1
     end
   end
-  -- Unsorted: Lua's string order follows the server's locale; the client sorts bytes.
-  local reply = {now, rev, #keys}
-  for _, k in ipairs(keys) do
-    for _, v in ipairs(decode(k, entries[k])) do table.insert(reply, v) end
-  end
+  reply[3] = count
   return finish(reply)
 elseif op == 'changes' then
   -- ARGV[6] after, ARGV[7] max. Reply {now, rev, gone-after or -1, n, (kind, key, value, revision, at)*}
   local after, max = tonumber(ARGV[6]), tonumber(ARGV[7])
+  local history = tonumber(ARGV[3])
   -- 0 reads from the first change of this incarnation; a revision from
   -- before it was issued before the partition lost its data.
   local lost = false
@@ -264,11 +266,17 @@ elseif op == 'changes' then
     return finish({now, rev, created, 0})
   end
   local oldest_kept = seq - history + 1 -- the first change the contract keeps
-  local function parse(m)
-    local f = {}
-    for i = 1, #m[2], 2 do f[m[2][i]] = m[2][i + 1] end
-    local kind, at, previous, s = string.match(f.m, '^(%a+):(%d+):(%d+):(%d+)$')
-    return {kind, f.key, f.v, tonumber(string.match(m[1], '^(%d+)')), tonumber(at)}, tonumber(previous), tonumber(s)
+  local kinds = {p = 'put', d = 'delete', e = 'expire'}
+  local function id_revision(id)
+    return tonumber(string.match(id, '^(%d+)'))
+  end
+  -- A message as {kind, key, value, revision, at}, its previous revision and its seq.
+  local function parse(msg)
+    local p = msg[2][2]
+    local at, previous, s, key_len, pos = struct.unpack('<dddI4', p)
+    local kind = kinds[string.sub(p, pos, pos)]
+    local changed_key = string.sub(p, pos + 1, pos + key_len)
+    return {kind, changed_key, string.sub(p, pos + 1 + key_len), id_revision(msg[1]), at}, previous, s
   end
   local msgs = {}
   if after < rev then
@@ -281,7 +289,7 @@ elseif op == 'changes' then
     elseif s < oldest_kept then
       -- Past the history: complete only after the last change it dropped.
       local upto = redis.call('XRANGE', F, '(' .. int(after) .. '-0', '+', 'COUNT', oldest_kept - s)
-      return finish({now, rev, tonumber(string.match(upto[#upto][1], '^(%d+)')), 0})
+      return finish({now, rev, id_revision(upto[#upto][1]), 0})
     elseif previous > after then
       -- The change before the first kept one is newer than `after`: a gap.
       return finish({now, rev, previous, 0})
@@ -291,8 +299,11 @@ elseif op == 'changes' then
   local reply = {now, rev, -1, 0}
   if max > 0 then
     reply[4] = #msgs
+    local n = 4
     for _, m in ipairs(msgs) do
-      for _, v in ipairs((parse(m))) do table.insert(reply, v) end
+      local change = parse(m)
+      for j = 1, 5 do reply[n + j] = change[j] end
+      n = n + 5
     end
   end
   return finish(reply)
