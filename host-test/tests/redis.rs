@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use common::{RedisServer, bounded, redis_config, redis_url};
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
-use coord_host::backend::{Backend, ChangeKind, Condition, Entry, Outcome, StoreError};
+use coord_host::backend::{
+    Backend, ChangeKind, Condition, Entry, MeterAlgorithm, MeterMode, MeterRequest, Outcome,
+    StoreError,
+};
 use coord_host::lock::*;
 use coord_host::{Instance, Runtime};
 
@@ -974,6 +977,49 @@ async fn a_partition_in_an_older_layout_is_refused_not_misread() {
         assert_eq!(
             meta,
             "1796040324174001:1796040324174000:1796040924174:0:-1:1"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_rate_limit_counted_in_the_older_text_layout_keeps_its_count() {
+    bounded(async {
+        let (url, _server) = redis_url().await;
+        let backend = RedisBackend::connect(redis_config(&url, 64, None))
+            .await
+            .unwrap();
+        let request = MeterRequest {
+            algorithm: MeterAlgorithm::FixedWindow,
+            limit: 10,
+            window_ms: 3_600_000,
+            cost: 1,
+            mode: MeterMode::Consume,
+        };
+        // One request counts, which tells the window's start on Redis's clock.
+        let first = backend.meter("p", "k", &request).await.unwrap();
+        assert_eq!(first.remaining, 9);
+        let start = first.now + first.reset_in_ms - 3_600_000;
+        // An earlier version wrote its state as text: 6 counted in this window.
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let key = format!("{}k", backend.key("p", "r:"));
+        let text = format!("{start}:6:0:{}", start + 3_600_000);
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&text)
+            .arg("PX")
+            .arg(3_600_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let next = backend.meter("p", "k", &request).await.unwrap();
+        assert!(next.allowed);
+        assert_eq!(next.remaining, 3, "6 counted before, 1 now, of 10");
+        let after = backend.meter("p", "k", &request).await.unwrap();
+        assert_eq!(
+            after.remaining, 2,
+            "and the count goes on in the new layout"
         );
     })
     .await

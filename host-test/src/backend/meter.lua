@@ -2,7 +2,9 @@
 -- The same arithmetic as component/src/meter.rs, which the store conformance
 -- suite holds both to; every number stays an exact integer below 2^53.
 --
--- KEYS[1] the meter's state: "<a>:<b>:<c>:<expires-at>" (see MeterState)
+-- KEYS[1] the meter's state (see MeterState): struct.pack('<Bdddd', 1, a, b, c,
+--         expires-at), packed rather than text for the reason redis.lua gives;
+--         the text "<a>:<b>:<c>:<expires-at>" of earlier versions is still read.
 -- ARGV[1] '' (use Redis's TIME) or a test clock's now; ARGV[2] algorithm;
 -- ARGV[3] limit; ARGV[4] window-ms; ARGV[5] cost; ARGV[6] mode.
 -- Reply: {allowed 0/1, remaining, reset-in-ms, retry-after-ms, now}
@@ -28,16 +30,23 @@ local function cdiv(x, y)
   return q
 end
 local function int(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
 local state = nil
 if mode ~= 'reset' then
   local raw = redis.call('GET', KEYS[1])
   if raw then
-    local a, b, c, e = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
-    if a and tonumber(e) > now then
-      state = {tonumber(a), tonumber(b), tonumber(c)}
+    local a, b, c, e
+    if #raw == 33 and string.byte(raw) == 1 then
+      local _
+      _, a, b, c, e = struct.unpack('<Bdddd', raw)
+    else
+      a, b, c, e = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+      if a then a, b, c, e = tonumber(a), tonumber(b), tonumber(c), tonumber(e) end
+    end
+    if a and e > now then
+      state = {a, b, c}
     end
   end
 end
@@ -127,7 +136,7 @@ if mode == 'reset' then
   redis.call('DEL', KEYS[1])
 elseif mode == 'consume' and allowed then
   ttl = math.max(ttl, 1)
-  local encoded = int(counted[1]) .. ':' .. int(counted[2]) .. ':' .. int(counted[3]) .. ':' .. int(now + ttl)
+  local encoded = struct.pack('<Bdddd', 1, counted[1], counted[2], counted[3], now + ttl)
   redis.call('SET', KEYS[1], encoded, 'PX', int(ttl))
 end
 if mode ~= 'consume' and allowed then after = before end
