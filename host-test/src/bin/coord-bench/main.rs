@@ -33,6 +33,8 @@ pub struct Effort {
     pub per_task: usize,
     /// Lock handoffs measured.
     pub handoffs: usize,
+    /// Calls measured after an idle pause.
+    pub idle_calls: usize,
 }
 
 #[tokio::main]
@@ -55,12 +57,14 @@ async fn main() -> wasmtime::Result<()> {
             reps: 300,
             per_task: 30,
             handoffs: 20,
+            idle_calls: 10,
         }
     } else {
         Effort {
             reps: 3000,
             per_task: 200,
             handoffs: 100,
+            idle_calls: 30,
         }
     };
     if let Some(i) = args.iter().position(|a| a == "--profile-acquire") {
@@ -114,6 +118,9 @@ async fn main() -> wasmtime::Result<()> {
 
     ops::concurrency(memory.clone(), None, effort).await?;
     ops::concurrency(redis.clone(), Some(redis_url.clone()), effort).await?;
+
+    ops::after_idle("in memory", memory.clone(), None, effort).await?;
+    ops::after_idle("Redis", redis.clone(), Some(&redis), effort).await?;
 
     ops::handoff("in memory", memory, None, effort).await?;
     ops::handoff("Redis", redis, Some(redis_url), effort).await?;

@@ -445,9 +445,7 @@ async fn time_extend(
         lock = next;
 
         let start = Instant::now();
-        b.touch(&partition, keys::LOCK_HOLDER_KEY, 30_000, &guard)
-            .await
-            .map_err(err)?;
+        native_extend(b, &partition, &guard).await?;
         row.native.push(start.elapsed());
         row.ping(&redis).await?;
     }
@@ -661,6 +659,95 @@ pub async fn concurrency(
     Ok(())
 }
 
+/// The first call after the process sat idle for 20-170 ms, against the
+/// call right after it: what a sporadic request pays for cold caches, the
+/// component against native. Explains most of the handoff (see BENCHMARKS.md).
+pub async fn after_idle(
+    label: &str,
+    backend: Arc<dyn Backend>,
+    redis: Option<&Arc<RedisBackend>>,
+    effort: Effort,
+) -> wasmtime::Result<()> {
+    let err = |e: &dyn std::fmt::Debug| failed(&format!("{e:?}"));
+    let runtime = Runtime::new(backend.clone())?;
+    let mut i = runtime.instantiate().await?;
+    let AcquireOutcome::Acquired(mut lock) = i
+        .acquire(LOCK_ID, "after-idle", no_wait())
+        .await?
+        .map_err(|e| err(&e))?
+    else {
+        return Err(failed("busy"));
+    };
+    let partition = keys::lock_partition(LOCK_ID, "after-idle-native");
+    let guard = native_acquire(backend.as_ref(), &partition).await?;
+    let idle = |n: usize| tokio::time::sleep(Duration::from_millis(20 + (n as u64 * 37) % 150));
+    let mut component = [Stats::default(), Stats::default()];
+    let mut native = [Stats::default(), Stats::default()];
+    let mut ping = [Stats::default(), Stats::default()];
+    for n in 0..effort.idle_calls {
+        idle(n).await;
+        for stats in &mut component {
+            let start = Instant::now();
+            let ExtendOutcome::Extended(next) =
+                i.extend(&lock, None).await?.map_err(|e| err(&e))?
+            else {
+                return Err(failed("lost"));
+            };
+            stats.push(start.elapsed());
+            lock = next;
+        }
+        idle(n).await;
+        for stats in &mut native {
+            let start = Instant::now();
+            native_extend(backend.as_ref(), &partition, &guard).await?;
+            stats.push(start.elapsed());
+        }
+        if let Some(r) = redis {
+            idle(n).await;
+            for stats in &mut ping {
+                let start = Instant::now();
+                r.ping().await.map_err(|e| err(&e))?;
+                stats.push(start.elapsed());
+            }
+        }
+    }
+    i.release(&lock).await?.map_err(|e| err(&e))?;
+    backend
+        .delete(&partition, keys::LOCK_HOLDER_KEY, &guard)
+        .await
+        .map_err(|e| err(&e))?;
+    println!(
+        "First call after 20-170 ms idle, {label} (p50 of {}; then the call right after it)",
+        effort.idle_calls
+    );
+    let row = |what: &str, s: &[Stats; 2]| {
+        println!(
+            "  {what:<28} {:>9} µs  then {:>9} µs",
+            fmt_us(s[0].median()),
+            fmt_us(s[1].median())
+        );
+    };
+    row("extend, component", &component);
+    row("the same touch, native", &native);
+    if redis.is_some() {
+        row("PING", &ping);
+    }
+    println!();
+    Ok(())
+}
+
+/// Extend, natively: the store's touch of a natively held lock.
+async fn native_extend(
+    b: &dyn Backend,
+    partition: &str,
+    guard: &Condition,
+) -> wasmtime::Result<()> {
+    b.touch(partition, keys::LOCK_HOLDER_KEY, 30_000, guard)
+        .await
+        .map_err(|e| failed(&format!("{e:?}")))?;
+    Ok(())
+}
+
 /// How long after a release a waiting instance holds the lock: woken by the
 /// release (the component's wait) against polling every 200 ms.
 pub async fn handoff(
@@ -724,6 +811,7 @@ pub async fn handoff(
             .release(&lock)
             .await?
             .map_err(|e| failed(&format!("{e:?}")))?;
+
         let acquired = waiter.await??;
         let d = acquired.saturating_duration_since(released);
         if poll { polled.push(d) } else { woken.push(d) }
