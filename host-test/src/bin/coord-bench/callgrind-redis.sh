@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Count the instructions Redis spends per coord operation, reproducibly.
+#
+# Timing a script on a shared VM moves by tens of percent from run to run;
+# callgrind counts instructions, which do not. Each workload runs on a fresh
+# redis-server under callgrind, counting only inside `processCommand` (the
+# commands themselves, not the event loop or the cron), and the total is
+# divided by the operations sent, after subtracting a run that only loads
+# the scripts.
+#
+#   host-test/src/bin/coord-bench/callgrind-redis.sh [N] [OUT_DIR]
+#
+# N operations per workload (default 1000); the callgrind files land in
+# OUT_DIR (default a temporary directory) for `callgrind_annotate
+# --inclusive=yes`. REDIS_SERVER picks the binary (default: redis-server on
+# PATH); Debian's is stripped, so for function names build the same version
+# from source (BENCHMARKS.md, "Where the time goes", gives the recipe).
+set -euo pipefail
+
+n=${1:-1000}
+out=${2:-$(mktemp -d)}
+server=${REDIS_SERVER:-$(command -v redis-server)}
+port=${CALLGRIND_PORT:-6391}
+here=$(cd "$(dirname "$0")" && pwd)
+store_lua="$here/../../backend/redis.lua"
+meter_lua="$here/../../backend/meter.lua"
+mkdir -p "$out"
+
+command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
+
+# One quoted command per line, as redis-cli reads them from stdin.
+line() {
+  local quoted=() a
+  for a in "$@"; do quoted+=("\"$a\""); done
+  echo "${quoted[*]}"
+}
+
+# The store script's fixed arguments, as the backend sends them: keys, then
+# op, clock ('' = Redis's TIME), history, retention, channel.
+store() {
+  local p="cg:{p:$1}" op=$2
+  shift 2
+  line EVALSHA "$store_sha" 3 "$p:e" "$p:x" "$p:f" "$op" '' 64 600000 "$p:w" "$@"
+}
+
+workload() {
+  local i p
+  [ "$1" = baseline ] && return
+  for ((i = 0; i < n; i++)); do
+    p="lock/bench/k$((i % 100))"
+    case $1 in
+      lock-pair)
+        store "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent 0 ''
+        store "$p" delete holder '' -1 always 0 '' ;;
+      upsert)
+        store "eph/bench" put "k$((i % 100))" user=ada 60000 always 0 '' ;;
+      check)
+        line EVALSHA "$meter_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" '' sliding-window 10000000 60000 1 consume ;;
+      bare-lock-pair)
+        line SET "cg:$p" 0123456789abcdef0123456789abcdef NX PX 30000
+        line EVALSHA "$release_sha" 1 "cg:$p" 0123456789abcdef0123456789abcdef ;;
+      ping)
+        line PING ;;
+    esac
+  done
+}
+
+baseline=0
+for w in baseline lock-pair upsert check bare-lock-pair ping; do
+  valgrind --tool=callgrind --toggle-collect=processCommand \
+    --callgrind-out-file="$out/callgrind.$w.out" \
+    "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
+  vg=$!
+  until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.2; done
+  store_sha=$(redis-cli -p "$port" script load "$(cat "$store_lua")")
+  meter_sha=$(redis-cli -p "$port" script load "$(cat "$meter_lua")")
+  release_sha=$(redis-cli -p "$port" script load \
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+  workload "$w" | redis-cli -p "$port" >/dev/null
+  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  wait "$vg" || true
+  total=$(sed -n 's/^summary: //p' "$out/callgrind.$w.out")
+  if [ "$w" = baseline ]; then
+    baseline=$total # the three SCRIPT LOADs, which every run makes
+    continue
+  fi
+  printf '%-16s %10d instructions per operation (%d operations)\n' "$w" $(((total - baseline) / n)) "$n"
+done
+echo "callgrind files: $out"
