@@ -8,7 +8,8 @@
 # route's requests/s as a fraction of the floor (a 404 that calls no coord
 # interface: the runtime's own cost per request). REDIS_URL picks the Redis
 # (default redis://127.0.0.1:6379); each run uses a fresh key prefix and
-# deletes its keys afterwards.
+# deletes its keys afterwards. COORD_BIN runs an already built `coord` (to
+# compare two builds in alternate runs) instead of building this checkout's.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 seconds="${1:-10}"
@@ -17,8 +18,12 @@ redis_url="${REDIS_URL:-redis://127.0.0.1:6379}"
 script="examples/inventory-fn/load/load.lua"
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 
-cargo build --release -p coord-host --bin coord
-coord=target/release/coord
+if [ -n "${COORD_BIN:-}" ]; then
+  coord=$COORD_BIN
+else
+  cargo build --release -p coord-host --bin coord
+  coord=target/release/coord
+fi
 prefix="coord-load-$$"
 
 serve_pid=
