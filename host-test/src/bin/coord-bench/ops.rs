@@ -680,12 +680,11 @@ pub async fn after_idle(
     };
     let partition = keys::lock_partition(LOCK_ID, "after-idle-native");
     let guard = native_acquire(backend.as_ref(), &partition).await?;
-    let idle = |n: usize| tokio::time::sleep(Duration::from_millis(20 + (n as u64 * 37) % 150));
     let mut component = [Stats::default(), Stats::default()];
     let mut native = [Stats::default(), Stats::default()];
     let mut ping = [Stats::default(), Stats::default()];
     for n in 0..effort.idle_calls {
-        idle(n).await;
+        idle_pause(n).await;
         for stats in &mut component {
             let start = Instant::now();
             let ExtendOutcome::Extended(next) =
@@ -696,14 +695,14 @@ pub async fn after_idle(
             stats.push(start.elapsed());
             lock = next;
         }
-        idle(n).await;
+        idle_pause(n).await;
         for stats in &mut native {
             let start = Instant::now();
             native_extend(backend.as_ref(), &partition, &guard).await?;
             stats.push(start.elapsed());
         }
         if let Some(r) = redis {
-            idle(n).await;
+            idle_pause(n).await;
             for stats in &mut ping {
                 let start = Instant::now();
                 r.ping().await.map_err(|e| err(&e))?;
@@ -734,6 +733,12 @@ pub async fn after_idle(
     }
     println!();
     Ok(())
+}
+
+/// Sleep 20-170 ms, spread over the range by `n`: the pause before a cold
+/// call or a handoff, so that each starts from an idle process and server.
+async fn idle_pause(n: usize) {
+    tokio::time::sleep(Duration::from_millis(20 + (n as u64 * 37) % 150)).await;
 }
 
 /// Extend, natively: the store's touch of a natively held lock.
@@ -805,7 +810,7 @@ pub async fn handoff(
             }
         });
         // Let the waiter reach its wait (or its poll sleep) at a random phase.
-        tokio::time::sleep(Duration::from_millis(20 + (n as u64 * 37) % 150)).await;
+        idle_pause(n).await;
         let released = Instant::now();
         holder
             .release(&lock)
@@ -825,7 +830,7 @@ pub async fn handoff(
             let _ = rx.await;
             Instant::now()
         });
-        tokio::time::sleep(Duration::from_millis(20 + (n as u64 * 37) % 150)).await;
+        idle_pause(n).await;
         let sent = Instant::now();
         let _ = tx.send(());
         wake.push(waiter.await?.saturating_duration_since(sent));
@@ -840,7 +845,7 @@ pub async fn handoff(
             .await
             .map_err(|e| failed(&format!("{e:?}")))?;
         for n in 0..effort.handoffs {
-            tokio::time::sleep(Duration::from_millis(20 + (n as u64 * 37) % 150)).await;
+            idle_pause(n).await;
             let sent = Instant::now();
             r.ping().await.map_err(|e| failed(&format!("{e:?}")))?;
             idle_ping.push(sent.elapsed());
