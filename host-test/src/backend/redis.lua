@@ -19,9 +19,10 @@
 -- (every one here is an integer below 2^53, exact in a double). Stored as
 -- text, parsing and printing them (string.match, tonumber, string.format)
 -- took a quarter of the script's instructions under callgrind, and more in
--- collecting the garbage they left (BENCHMARKS.md, "Where the time goes"). Numbers a command needs as text go through
--- `int`: redis.call prints a Lua number with '%.17g', which callgrind
--- counted at about 2.5 times the instructions.
+-- collecting the garbage they left (BENCHMARKS.md, "Where the time goes").
+-- Numbers a command needs as text go through `int`: redis.call prints a Lua
+-- number with '%.17g', which callgrind counted at about 2.5 times the
+-- instructions.
 --
 -- The feed keeps exactly the last `history` changes, as the contract says,
 -- but that is enforced when it is read: writes trim the stream approximately
