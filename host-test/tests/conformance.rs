@@ -20,6 +20,7 @@ per_backend!(
     touch_renews_the_ttl_without_a_revision_or_a_change,
     expired_entries_are_invisible_and_free_their_key,
     expiry_appears_in_the_feed_even_when_nobody_was_reading,
+    renewed_and_shortened_ttls_expire_at_their_new_times_in_order,
     list_filters_by_prefix_in_key_order_with_the_revision,
     changes_continue_a_listing_with_no_gap_and_no_repeat,
     changes_report_history_gone_once_trimmed,
@@ -258,6 +259,52 @@ async fn expiry_appears_in_the_feed_even_when_nobody_was_reading(h: Harness) {
             (ChangeKind::Expire, "a", T0 + 100),
         ],
         "each expiry is recorded, in the order the TTLs ran out, with its time"
+    );
+}
+
+async fn renewed_and_shortened_ttls_expire_at_their_new_times_in_order(h: Harness) {
+    let a = applied(put(&h, "p", "a", "v", Some(100), Condition::Absent).await);
+    applied(put(&h, "p", "b", "v", Some(300), Condition::Absent).await);
+    h.advance(50);
+    // a now ends at T0 + 450, later than b; c, written now, before both.
+    applied(
+        h.backend
+            .touch("p", "a", 400, &Condition::Always)
+            .await
+            .unwrap(),
+    );
+    applied(put(&h, "p", "c", "v", Some(150), Condition::Absent).await);
+    h.advance(100); // past a's first expiry, before every current one
+    let live = h.backend.list("p", "").await.unwrap();
+    let keys: Vec<_> = live.entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["a", "b", "c"],
+        "a renewed entry outlives its first TTL"
+    );
+    // b now ends at T0 + 160, earlier than it was to.
+    applied(
+        h.backend
+            .touch("p", "b", 10, &Condition::Always)
+            .await
+            .unwrap(),
+    );
+    h.advance(9);
+    assert!(h.backend.get("p", "b").await.unwrap().entry.is_some());
+    h.advance(1);
+    assert_eq!(h.backend.get("p", "b").await.unwrap().entry, None);
+    h.advance(300); // all gone
+    let feed = h.backend.changes("p", a.revision, 10).await.unwrap();
+    let expiries: Vec<_> = feed
+        .changes
+        .iter()
+        .filter(|c| c.kind == ChangeKind::Expire)
+        .map(|c| (c.key.as_str(), c.at))
+        .collect();
+    assert_eq!(
+        expiries,
+        [("b", T0 + 160), ("c", T0 + 200), ("a", T0 + 450)],
+        "expiries follow the TTLs as last set, each with its own time"
     );
 }
 

@@ -757,6 +757,56 @@ async fn the_feed_keeps_exactly_its_history_and_its_stream_stays_bounded() {
     .await
 }
 
+/// The index keeps a lower bound of each expiry, so a sweep re-reads the
+/// entries themselves; more of them than one `unpack` takes (512) come due
+/// together here, half renewed and half not.
+#[tokio::test]
+async fn a_sweep_of_more_entries_than_one_slice_expires_exactly_the_due_ones() {
+    bounded(async {
+        let h = common::redis(4096).await;
+        let n = 1300;
+        let first = h.backend.now().await.unwrap();
+        for i in 0..n {
+            let key = format!("k{i:04}");
+            h.backend
+                .put("p", &key, b"v", Some(100), &Condition::Absent)
+                .await
+                .unwrap();
+        }
+        let start = h.backend.changes("p", 0, 1).await.unwrap().changes[0].revision - 1;
+        h.advance(50);
+        for i in (0..n).step_by(2) {
+            let key = format!("k{i:04}");
+            h.backend
+                .touch("p", &key, 1000, &Condition::Always)
+                .await
+                .unwrap();
+        }
+        h.advance(100); // every first TTL has run out; the renewed ones live on
+        let live = h.backend.list("p", "").await.unwrap();
+        let keys: Vec<String> = live.entries.iter().map(|e| e.key.clone()).collect();
+        let renewed: Vec<String> = (0..n).step_by(2).map(|i| format!("k{i:04}")).collect();
+        assert_eq!(keys, renewed);
+        let feed = h.backend.changes("p", start, 4096).await.unwrap().changes;
+        let expired: Vec<(String, u64)> = feed
+            .iter()
+            .filter(|c| c.kind == ChangeKind::Expire)
+            .map(|c| (c.key.clone(), c.at))
+            .collect();
+        let due: Vec<(String, u64)> = (1..n)
+            .step_by(2)
+            .map(|i| (format!("k{i:04}"), first + 100))
+            .collect();
+        assert_eq!(
+            expired, due,
+            "each unrenewed entry expired once, in key order"
+        );
+        h.advance(1000);
+        assert_eq!(h.backend.list("p", "").await.unwrap().entries, vec![]);
+    })
+    .await
+}
+
 #[tokio::test]
 async fn an_entry_without_ttl_keeps_its_partition_until_it_is_gone() {
     bounded(async {

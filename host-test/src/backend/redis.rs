@@ -315,7 +315,8 @@ impl RedisBackend {
         }
     }
 
-    /// `(now, revision, next expiry)` of a partition, after sweeping it.
+    /// `(now, revision, next expiry)` of a partition, after sweeping it; the
+    /// next expiry may be early (a lower bound), never late.
     async fn check(&self, partition: &str) -> Result<(u64, u64, Option<u64>), StoreError> {
         let _turn = self.turn().await;
         let reply = self.run(&self.script(partition, "check")).await?;
