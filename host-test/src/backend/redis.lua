@@ -222,6 +222,11 @@ local function finish(reply)
 end
 
 -- A reply entry is key, value, revision, updated-at, expires-at or -1.
+-- An applied write answers instead with one string, struct.pack('<Bdddd',
+-- with_value, now, revision, updated-at, expires-at) .. value: Redis turns
+-- one string into RESP for much less than the eight elements of an array
+-- (callgrind: 7 % of a lock pair). The value is left out (with_value 0)
+-- where the caller sent it itself: a put's value, or a guard's value.
 if single then
   -- The key's entry, if it has one (after the sweep above).
   local value, erev, eupd, eexp
@@ -256,7 +261,10 @@ if single then
     redis.call('HDEL', E, field)
     if before >= 0 then redis.call('ZREM', X, field) end
     record('d', key, '', now)
-    return finish({now, 1, 1, key, value, erev, eupd, eexp})
+    if ctype == 'revision-and-value' then
+      return finish(struct.pack('<Bdddd', 0, now, erev, eupd, eexp))
+    end
+    return finish(struct.pack('<Bdddd', 1, now, erev, eupd, eexp) .. value)
   end
   if op == 'put' then
     value = ARGV[7]
@@ -279,7 +287,10 @@ if single then
     ttl_less = true
   end
   dirty = true
-  return finish({now, 1, 1, key, value, erev, eupd, eexp})
+  if op == 'put' or ctype == 'revision-and-value' then
+    return finish(struct.pack('<Bdddd', 0, now, erev, eupd, eexp))
+  end
+  return finish(struct.pack('<Bdddd', 1, now, erev, eupd, eexp) .. value)
 elseif op == 'list' then
   local prefix = '=' .. ARGV[6]
   local all = redis.call('HGETALL', E)

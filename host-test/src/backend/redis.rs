@@ -249,6 +249,14 @@ impl RedisBackend {
 
     /// [`RedisBackend::run`] for a call of `script`.
     async fn run_script(&self, cmd: &Cmd, script: &str) -> Result<Vec<Value>, StoreError> {
+        match self.run_script_value(cmd, script).await? {
+            Value::Array(values) => Ok(values),
+            other => Err(malformed(&format!("expected an array, got {other:?}"))),
+        }
+    }
+
+    /// [`RedisBackend::run_script`], whatever the reply's shape.
+    async fn run_script_value(&self, cmd: &Cmd, script: &str) -> Result<Value, StoreError> {
         let mut conn = self.conn.clone();
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let reply = match cmd.query_async::<Value>(&mut conn).await {
@@ -264,17 +272,15 @@ impl RedisBackend {
             }
             other => other,
         };
-        match reply.map_err(unavailable)? {
-            Value::Array(values) => Ok(values),
-            other => Err(malformed(&format!("expected an array, got {other:?}"))),
-        }
+        reply.map_err(unavailable)
     }
 
+    /// A put (with `Some(value)`), delete or touch, and its reply.
     async fn write(
         &self,
         mut cmd: Cmd,
         key: &str,
-        value: &[u8],
+        value: Option<&[u8]>,
         ttl_ms: Option<i64>,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
@@ -284,13 +290,24 @@ impl RedisBackend {
             Condition::Revision(rev) => ("revision", *rev, b""),
             Condition::RevisionAndValue(g) => ("revision-and-value", g.revision, &g.value),
         };
+        // The value an applied write leaves, when this call sent it: a put's
+        // own, or the guard's (the script then leaves it out of its reply).
+        let sent = match (value, condition) {
+            (Some(value), _) => Some(value),
+            (None, Condition::RevisionAndValue(g)) => Some(g.value.as_slice()),
+            (None, _) => None,
+        };
         cmd.arg(key)
-            .arg(value)
+            .arg(value.unwrap_or_default())
             .arg(ttl_ms.unwrap_or(-1))
             .arg(ctype)
             .arg(crev)
             .arg(cval);
-        let reply = self.run(&cmd).await?;
+        let reply = match self.run_script_value(&cmd, SCRIPT).await? {
+            Value::BulkString(packed) => return applied_write(&packed, key, sent),
+            Value::Array(values) => values,
+            other => return Err(malformed(&format!("expected an array, got {other:?}"))),
+        };
         let mut r = Reader::new(&reply);
         let now = r.u64()?;
         let applied = r.u64()? == 1;
@@ -460,6 +477,51 @@ async fn manage_subscriptions(
     }
 }
 
+/// The reply of an applied write, packed by the script as
+/// `struct.pack('<Bdddd', with_value, now, revision, updated-at, expires-at)`
+/// followed by the value when `with_value` is 1; when it is 0, the value is
+/// `sent`, the one this call sent itself.
+fn applied_write(packed: &[u8], key: &str, sent: Option<&[u8]>) -> Result<WriteReply, StoreError> {
+    const HEADER: usize = 1 + 4 * 8;
+    let header = packed
+        .get(..HEADER)
+        .ok_or_else(|| malformed("a packed write reply too short"))?;
+    let number = |i: usize| -> Result<f64, StoreError> {
+        let bytes = header
+            .get(1 + 8 * i..9 + 8 * i)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| malformed("a packed number"))?;
+        Ok(f64::from_le_bytes(bytes))
+    };
+    // Every number the script packs is an integer below 2^53, or -1 for none.
+    let whole = |n: f64| {
+        (n.fract() == 0.0 && (0.0..9.007_199_254_740_992e15).contains(&n)).then_some(n as u64)
+    };
+    let exact =
+        |i: usize| number(i).and_then(|n| whole(n).ok_or_else(|| malformed("a packed number")));
+    let value = match (header[0], sent) {
+        (1, _) => packed[HEADER..].to_vec(),
+        (0, Some(sent)) if packed.len() == HEADER => sent.to_vec(),
+        _ => return Err(malformed("a packed write reply without its value")),
+    };
+    let expires = number(3)?;
+    let expires_at = if expires == -1.0 {
+        None
+    } else {
+        Some(whole(expires).ok_or_else(|| malformed("a packed expiry"))?)
+    };
+    Ok(WriteReply {
+        now: exact(0)?,
+        outcome: Outcome::Applied(Entry {
+            key: key.to_string(),
+            value,
+            revision: exact(1)?,
+            updated_at: exact(2)?,
+            expires_at,
+        }),
+    })
+}
+
 /// Reads a flat script reply front to back.
 struct Reader<'a> {
     values: std::slice::Iter<'a, Value>,
@@ -581,8 +643,14 @@ impl Backend for RedisBackend {
             })
             .transpose()?;
         let _turn = self.turn().await;
-        self.write(self.script(partition, "put"), key, value, ttl, condition)
-            .await
+        self.write(
+            self.script(partition, "put"),
+            key,
+            Some(value),
+            ttl,
+            condition,
+        )
+        .await
     }
 
     async fn delete(
@@ -592,7 +660,7 @@ impl Backend for RedisBackend {
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
         let _turn = self.turn().await;
-        self.write(self.script(partition, "delete"), key, b"", None, condition)
+        self.write(self.script(partition, "delete"), key, None, None, condition)
             .await
     }
 
@@ -609,7 +677,7 @@ impl Backend for RedisBackend {
         self.write(
             self.script(partition, "touch"),
             key,
-            b"",
+            None,
             Some(ttl),
             condition,
         )
@@ -737,4 +805,71 @@ impl Backend for RedisBackend {
 /// SHA-1 of the script, as `EVALSHA` names it.
 fn sha1_hex(text: &str) -> String {
     ::redis::Script::new(text).get_hash().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+    use super::*;
+
+    /// What the script packs for an applied write.
+    fn packed(with_value: u8, numbers: [f64; 4], value: &[u8]) -> Vec<u8> {
+        let mut out = vec![with_value];
+        for n in numbers {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out.extend_from_slice(value);
+        out
+    }
+
+    fn entry(reply: WriteReply) -> Entry {
+        match reply.outcome {
+            Outcome::Applied(e) => e,
+            other => panic!("expected applied, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_packed_write_reply_takes_its_value_from_the_reply_or_from_the_call() {
+        let numbers = [1000.0, 1_000_000.0, 999.0, 5000.0];
+        let from_reply = applied_write(&packed(1, numbers, b"v"), "k", None).unwrap();
+        assert_eq!(from_reply.now, 1000);
+        assert_eq!(
+            entry(from_reply),
+            Entry {
+                key: "k".into(),
+                value: b"v".to_vec(),
+                revision: 1_000_000,
+                updated_at: 999,
+                expires_at: Some(5000),
+            }
+        );
+        let from_call = applied_write(&packed(0, numbers, b""), "k", Some(b"sent")).unwrap();
+        assert_eq!(entry(from_call).value, b"sent");
+        let no_ttl = [1000.0, 1_000_000.0, 999.0, -1.0];
+        assert_eq!(
+            entry(applied_write(&packed(1, no_ttl, b""), "k", None).unwrap()).expires_at,
+            None
+        );
+    }
+
+    #[test]
+    fn a_malformed_packed_write_reply_is_an_error_not_a_panic() {
+        let good = [1000.0, 1_000_000.0, 999.0, 5000.0];
+        let cases = [
+            packed(1, good, b"")[..20].to_vec(),       // cut short
+            packed(0, good, b""),                      // no value anywhere
+            packed(0, good, b"extra"),                 // a value it should not carry
+            packed(1, [1000.5, 1.0, 1.0, 1.0], b""),   // not a whole number
+            packed(1, [1000.0, -2.0, 1.0, 1.0], b""),  // negative
+            packed(1, [1000.0, 1.0, 1.0, -2.0], b""),  // an expiry below -1
+            packed(1, [f64::NAN, 1.0, 1.0, 1.0], b""), // not a number
+        ];
+        for case in cases {
+            match applied_write(&case, "k", None) {
+                Err(StoreError::Unavailable(why)) => assert!(why.contains("malformed"), "{why}"),
+                other => panic!("expected a malformed reply, got {other:?}"),
+            }
+        }
+    }
 }
