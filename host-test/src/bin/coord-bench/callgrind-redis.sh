@@ -54,6 +54,14 @@ workload() {
         store "$p" delete holder '' -1 always 0 '' ;;
       upsert)
         store "eph/bench" put "k$((i % 100))" user=ada 60000 always 0 '' ;;
+      extend)
+        # A touch of a held lock (held since the first 100 operations), as an
+        # extend makes, but unguarded: the guard's revision is not known here.
+        if ((i < 100)); then
+          store "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent 0 ''
+        else
+          store "$p" touch holder '' 30000 always 0 ''
+        fi ;;
       check)
         line EVALSHA "$meter_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" '' sliding-window 10000000 60000 1 consume ;;
       bare-lock-pair)
@@ -66,7 +74,7 @@ workload() {
 }
 
 baseline=0
-for w in baseline lock-pair upsert check bare-lock-pair ping; do
+for w in baseline lock-pair upsert extend check bare-lock-pair ping; do
   valgrind --tool=callgrind --toggle-collect=processCommand \
     --callgrind-out-file="$out/callgrind.$w.out" \
     "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
