@@ -477,48 +477,131 @@ async fn manage_subscriptions(
     }
 }
 
+/// Reads a string the script packed with Lua's `struct` library (little
+/// endian), front to back. Every number in it is a whole number below 2^53,
+/// packed as a double, or -1 for none.
+struct Packed<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Packed<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Packed { bytes }
+    }
+
+    /// The next `n` bytes.
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
+        if self.bytes.len() < n {
+            return Err(malformed("a packed reply cut short"));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn byte(&mut self) -> Result<u8, StoreError> {
+        Ok(self.take(1)?[0])
+    }
+
+    /// A `struct` `I4`: a length.
+    fn length(&mut self) -> Result<usize, StoreError> {
+        let bytes = self
+            .take(4)?
+            .try_into()
+            .map_err(|_| malformed("a length"))?;
+        usize::try_from(u32::from_le_bytes(bytes)).map_err(|_| malformed("a length"))
+    }
+
+    fn double(&mut self) -> Result<f64, StoreError> {
+        let bytes = self
+            .take(8)?
+            .try_into()
+            .map_err(|_| malformed("a number"))?;
+        Ok(f64::from_le_bytes(bytes))
+    }
+
+    fn number(&mut self) -> Result<u64, StoreError> {
+        let n = self.double()?;
+        if n.fract() == 0.0 && (0.0..9.007_199_254_740_992e15).contains(&n) {
+            Ok(n as u64)
+        } else {
+            Err(malformed("a packed number"))
+        }
+    }
+
+    /// A number where -1 means none.
+    fn optional(&mut self) -> Result<Option<u64>, StoreError> {
+        if self.bytes.get(..8) == Some(&(-1.0f64).to_le_bytes()[..]) {
+            self.take(8)?;
+            return Ok(None);
+        }
+        self.number().map(Some)
+    }
+
+    /// What is left.
+    fn rest(self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
 /// The reply of an applied write, packed by the script as
 /// `struct.pack('<Bdddd', with_value, now, revision, updated-at, expires-at)`
 /// followed by the value when `with_value` is 1; when it is 0, the value is
 /// `sent`, the one this call sent itself.
 fn applied_write(packed: &[u8], key: &str, sent: Option<&[u8]>) -> Result<WriteReply, StoreError> {
-    const HEADER: usize = 1 + 4 * 8;
-    let header = packed
-        .get(..HEADER)
-        .ok_or_else(|| malformed("a packed write reply too short"))?;
-    let number = |i: usize| -> Result<f64, StoreError> {
-        let bytes = header
-            .get(1 + 8 * i..9 + 8 * i)
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| malformed("a packed number"))?;
-        Ok(f64::from_le_bytes(bytes))
-    };
-    // Every number the script packs is an integer below 2^53, or -1 for none.
-    let whole = |n: f64| {
-        (n.fract() == 0.0 && (0.0..9.007_199_254_740_992e15).contains(&n)).then_some(n as u64)
-    };
-    let exact =
-        |i: usize| number(i).and_then(|n| whole(n).ok_or_else(|| malformed("a packed number")));
-    let value = match (header[0], sent) {
-        (1, _) => packed[HEADER..].to_vec(),
-        (0, Some(sent)) if packed.len() == HEADER => sent.to_vec(),
+    let mut p = Packed::new(packed);
+    let with_value = p.byte()?;
+    let (now, revision, updated_at, expires_at) =
+        (p.number()?, p.number()?, p.number()?, p.optional()?);
+    let value = match (with_value, sent, p.rest()) {
+        (1, _, value) => value.to_vec(),
+        (0, Some(sent), []) => sent.to_vec(),
         _ => return Err(malformed("a packed write reply without its value")),
     };
-    let expires = number(3)?;
-    let expires_at = if expires == -1.0 {
-        None
-    } else {
-        Some(whole(expires).ok_or_else(|| malformed("a packed expiry"))?)
-    };
     Ok(WriteReply {
-        now: exact(0)?,
+        now,
         outcome: Outcome::Applied(Entry {
             key: key.to_string(),
             value,
-            revision: exact(1)?,
-            updated_at: exact(2)?,
+            revision,
+            updated_at,
             expires_at,
         }),
+    })
+}
+
+/// A listing, packed by the script as `struct.pack('<dd', now, revision)`,
+/// then for each entry `struct.pack('<I4I4', #field, #stored)`, the field
+/// (`=` and the key) and the stored bytes (`struct.pack('<ddd', revision,
+/// updated-at, expires-at)` and the value); sorted here by key bytes.
+fn listing(packed: &[u8]) -> Result<ListReply, StoreError> {
+    let mut p = Packed::new(packed);
+    let (now, revision) = (p.number()?, p.number()?);
+    let mut entries = Vec::new();
+    while !p.bytes.is_empty() {
+        let (field_len, stored_len) = (p.length()?, p.length()?);
+        let key = p
+            .take(field_len)?
+            .strip_prefix(b"=")
+            .ok_or_else(|| malformed("a listed field that is not an entry"))?;
+        let key =
+            String::from_utf8(key.to_vec()).map_err(|_| malformed("a key that is not UTF-8"))?;
+        let mut stored = Packed::new(p.take(stored_len)?);
+        let (revision, updated_at, expires_at) =
+            (stored.number()?, stored.number()?, stored.optional()?);
+        entries.push(Entry {
+            key,
+            value: stored.rest().to_vec(),
+            revision,
+            updated_at,
+            expires_at,
+        });
+    }
+    entries.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+    Ok(ListReply {
+        entries,
+        revision,
+        now,
     })
 }
 
@@ -617,16 +700,12 @@ impl Backend for RedisBackend {
         let _turn = self.turn().await;
         let mut cmd = self.script(partition, "list");
         cmd.arg(prefix);
-        let reply = self.run(&cmd).await?;
-        let mut r = Reader::new(&reply);
-        let (now, revision, n) = (r.u64()?, r.u64()?, r.u64()?);
-        let mut entries = (0..n).map(|_| r.entry()).collect::<Result<Vec<_>, _>>()?;
-        entries.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
-        Ok(ListReply {
-            entries,
-            revision,
-            now,
-        })
+        match self.run_script_value(&cmd, SCRIPT).await? {
+            Value::BulkString(packed) => listing(&packed),
+            other => Err(malformed(&format!(
+                "expected a packed listing, got {other:?}"
+            ))),
+        }
     }
 
     async fn put(
@@ -851,6 +930,73 @@ mod tests {
             entry(applied_write(&packed(1, no_ttl, b""), "k", None).unwrap()).expires_at,
             None
         );
+    }
+
+    /// What the script packs for one listed entry.
+    fn listed(field: &[u8], numbers: [f64; 3], value: &[u8]) -> Vec<u8> {
+        let mut stored = Vec::new();
+        for n in numbers {
+            stored.extend_from_slice(&n.to_le_bytes());
+        }
+        stored.extend_from_slice(value);
+        let mut out = Vec::new();
+        for len in [field.len(), stored.len()] {
+            out.extend_from_slice(&u32::try_from(len).unwrap().to_le_bytes());
+        }
+        out.extend_from_slice(field);
+        out.extend_from_slice(&stored);
+        out
+    }
+
+    fn listing_of(entries: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = [7.0f64, 42.0].map(f64::to_le_bytes).concat();
+        for e in entries {
+            out.extend_from_slice(e);
+        }
+        out
+    }
+
+    #[test]
+    fn a_packed_listing_is_read_in_key_byte_order() {
+        let reply = listing(&listing_of(&[
+            listed(b"=b", [3.0, 1.0, -1.0], b"second"),
+            listed(b"=a", [2.0, 1.0, 900.0], b""),
+        ]))
+        .unwrap();
+        assert_eq!((reply.now, reply.revision), (7, 42));
+        let got: Vec<_> = reply
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_slice(), e.revision, e.expires_at))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", &b""[..], 2, Some(900)),
+                ("b", &b"second"[..], 3, None)
+            ]
+        );
+        assert_eq!(listing(&listing_of(&[])).unwrap().entries, vec![]);
+    }
+
+    #[test]
+    fn a_malformed_packed_listing_is_an_error_not_a_panic() {
+        let good = listed(b"=k", [2.0, 1.0, 900.0], b"v");
+        let cases = [
+            listing_of(std::slice::from_ref(&good))[..20].to_vec(), // cut short in the entry
+            listing_of(&[good[..good.len() - 1].to_vec()]),         // stored bytes cut short
+            listing_of(&[listed(b"#", [2.0, 1.0, 900.0], b"v")]),   // not an entry
+            listing_of(&[listed(b"=\xff", [2.0, 1.0, 900.0], b"v")]), // key not UTF-8
+            listing_of(&[listed(b"=k", [2.5, 1.0, 900.0], b"v")]),  // not a whole number
+            listing_of(&[[1u8, 0, 0, 0, 200, 0, 0, 0, b'='].to_vec()]), // lengths past the end
+            vec![1, 2, 3],                                          // no header
+        ];
+        for case in cases {
+            match listing(&case) {
+                Err(StoreError::Unavailable(why)) => assert!(why.contains("malformed"), "{why}"),
+                other => panic!("expected a malformed reply, got {other:?}"),
+            }
+        }
     }
 
     #[test]

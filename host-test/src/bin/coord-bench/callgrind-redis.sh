@@ -62,6 +62,13 @@ workload() {
         else
           store "$p" touch holder '' 30000 always 0 ''
         fi ;;
+      snapshot)
+        # A listing of a 100-entry partition (filled by the first 100 operations).
+        if ((i < 100)); then
+          store "eph/snap" put "k$i" user=ada 600000 always 0 ''
+        else
+          store "eph/snap" list ''
+        fi ;;
       check)
         line EVALSHA "$meter_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" '' sliding-window 10000000 60000 1 consume ;;
       bare-lock-pair)
@@ -74,7 +81,7 @@ workload() {
 }
 
 baseline=0
-for w in baseline lock-pair upsert extend check bare-lock-pair ping; do
+for w in baseline lock-pair upsert extend snapshot check bare-lock-pair ping; do
   valgrind --tool=callgrind --toggle-collect=processCommand \
     --callgrind-out-file="$out/callgrind.$w.out" \
     "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
