@@ -313,7 +313,8 @@ elseif op == 'list' then
   end
   return finish(table.concat(parts))
 elseif op == 'changes' then
-  -- ARGV[6] after, ARGV[7] max. Reply {now, rev, gone-after or -1, n, (kind, key, value, revision, at)*}
+  -- ARGV[6] after, ARGV[7] max. Reply: a packed page (below), or when the
+  -- history no longer reaches `after`, {now, rev, the revision after which it is complete, 0}.
   local after, max = tonumber(ARGV[6]), tonumber(ARGV[7])
   local history = tonumber(ARGV[3])
   -- 0 reads from the first change of this incarnation; a revision from
@@ -359,17 +360,18 @@ elseif op == 'changes' then
     end
   end
   if lost then return finish({now, rev, created, 0}) end
-  local reply = {now, rev, -1, 0}
+  -- A page is one string, like a listing: struct.pack('<dd', now, rev), then
+  -- per change struct.pack('<I4I4', #id, #message) .. id .. message, the
+  -- stream's id and message as they are kept.
+  local parts, n = {struct.pack('<dd', now, rev)}, 1
   if max > 0 then
-    reply[4] = #msgs
-    local n = 4
-    for _, m in ipairs(msgs) do
-      local change = parse(m)
-      for j = 1, 5 do reply[n + j] = change[j] end
-      n = n + 5
+    for i = 1, #msgs do
+      local id, message = msgs[i][1], msgs[i][2][2]
+      parts[n + 1], parts[n + 2], parts[n + 3] = struct.pack('<I4I4', #id, #message), id, message
+      n = n + 3
     end
   end
-  return finish(reply)
+  return finish(table.concat(parts))
 elseif op == 'check' then
   -- For wait: {now, rev, the next expiry or -1}; after the sweep above,
   -- the lowest index score, which is later than now and no later than the

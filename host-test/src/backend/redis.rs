@@ -605,6 +605,48 @@ fn listing(packed: &[u8]) -> Result<ListReply, StoreError> {
     })
 }
 
+/// A page of the change feed, packed by the script as `struct.pack('<dd',
+/// now, revision)`, then for each change `struct.pack('<I4I4', #id,
+/// #message)`, the stream id (`<revision>-0`) and the message as the feed
+/// keeps it: `struct.pack('<dddI4', at, previous, seq, #key)`, the kind
+/// (`p`, `d` or `e`), the key and the value.
+fn page(packed: &[u8]) -> Result<ChangesReply, StoreError> {
+    let mut p = Packed::new(packed);
+    let (now, revision) = (p.number()?, p.number()?);
+    let mut changes = Vec::new();
+    while !p.bytes.is_empty() {
+        let (id_len, message_len) = (p.length()?, p.length()?);
+        let id = p.take(id_len)?;
+        let change_revision = std::str::from_utf8(id)
+            .ok()
+            .and_then(|id| id.strip_suffix("-0")?.parse().ok())
+            .ok_or_else(|| malformed("a feed id"))?;
+        let mut m = Packed::new(p.take(message_len)?);
+        let (at, _previous, _seq) = (m.number()?, m.number()?, m.number()?);
+        let key_len = m.length()?;
+        let kind = match m.byte()? {
+            b'p' => ChangeKind::Put,
+            b'd' => ChangeKind::Delete,
+            b'e' => ChangeKind::Expire,
+            _ => return Err(malformed("an unknown change kind")),
+        };
+        let key = String::from_utf8(m.take(key_len)?.to_vec())
+            .map_err(|_| malformed("a key that is not UTF-8"))?;
+        changes.push(Change {
+            kind,
+            key,
+            value: m.rest().to_vec(),
+            revision: change_revision,
+            at,
+        });
+    }
+    Ok(ChangesReply {
+        changes,
+        revision,
+        now,
+    })
+}
+
 /// Reads a flat script reply front to back.
 struct Reader<'a> {
     values: std::slice::Iter<'a, Value>,
@@ -772,34 +814,16 @@ impl Backend for RedisBackend {
         let _turn = self.turn().await;
         let mut cmd = self.script(partition, "changes");
         cmd.arg(after).arg(max);
-        let reply = self.run(&cmd).await?;
-        let mut r = Reader::new(&reply);
-        let (now, revision) = (r.u64()?, r.u64()?);
-        if let Some(complete_after) = r.optional_u64()? {
-            return Err(StoreError::HistoryGone(complete_after));
+        match self.run_script_value(&cmd, SCRIPT).await? {
+            Value::BulkString(packed) => page(&packed),
+            Value::Array(reply) => {
+                // The history no longer reaches `after`.
+                let mut r = Reader::new(&reply);
+                let (_now, _revision) = (r.u64()?, r.u64()?);
+                Err(StoreError::HistoryGone(r.u64()?))
+            }
+            other => Err(malformed(&format!("expected a packed page, got {other:?}"))),
         }
-        let n = r.u64()?;
-        let mut changes = Vec::new();
-        for _ in 0..n {
-            let kind = match r.bytes()?.as_slice() {
-                b"put" => ChangeKind::Put,
-                b"delete" => ChangeKind::Delete,
-                b"expire" => ChangeKind::Expire,
-                _ => return Err(malformed("an unknown change kind")),
-            };
-            changes.push(Change {
-                kind,
-                key: r.string()?,
-                value: r.bytes()?,
-                revision: r.u64()?,
-                at: r.u64()?,
-            });
-        }
-        Ok(ChangesReply {
-            changes,
-            revision,
-            now,
-        })
     }
 
     async fn meter(
@@ -993,6 +1017,57 @@ mod tests {
         ];
         for case in cases {
             match listing(&case) {
+                Err(StoreError::Unavailable(why)) => assert!(why.contains("malformed"), "{why}"),
+                other => panic!("expected a malformed reply, got {other:?}"),
+            }
+        }
+    }
+
+    /// What the script packs for one change of a page.
+    fn paged(id: &[u8], at: f64, kind: u8, key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut message = [at, 1.0, 1.0].map(f64::to_le_bytes).concat();
+        message.extend_from_slice(&u32::try_from(key.len()).unwrap().to_le_bytes());
+        message.push(kind);
+        message.extend_from_slice(key);
+        message.extend_from_slice(value);
+        let mut out = Vec::new();
+        for len in [id.len(), message.len()] {
+            out.extend_from_slice(&u32::try_from(len).unwrap().to_le_bytes());
+        }
+        out.extend_from_slice(id);
+        out.extend_from_slice(&message);
+        out
+    }
+
+    #[test]
+    fn a_packed_page_of_changes_is_read_in_order_and_malformed_ones_are_errors() {
+        let reply = page(&listing_of(&[
+            paged(b"11-0", 5.0, b'p', b"k", b"v"),
+            paged(b"12-0", 6.0, b'e', b"k", b""),
+        ]))
+        .unwrap();
+        assert_eq!((reply.now, reply.revision), (7, 42));
+        let got: Vec<_> = reply
+            .changes
+            .iter()
+            .map(|c| (c.kind, c.key.as_str(), c.value.as_slice(), c.revision, c.at))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (ChangeKind::Put, "k", &b"v"[..], 11, 5),
+                (ChangeKind::Expire, "k", &b""[..], 12, 6)
+            ]
+        );
+        let cases = [
+            listing_of(&[paged(b"11", 5.0, b'p', b"k", b"v")]), // an id without its sequence
+            listing_of(&[paged(b"x-0", 5.0, b'p', b"k", b"v")]), // an id that is no revision
+            listing_of(&[paged(b"11-0", 5.0, b'?', b"k", b"v")]), // an unknown kind
+            listing_of(&[paged(b"11-0", -3.0, b'p', b"k", b"v")]), // a negative time
+            listing_of(&[paged(b"11-0", 5.0, b'p', b"k", b"v")])[..30].to_vec(), // cut short
+        ];
+        for case in cases {
+            match page(&case) {
                 Err(StoreError::Unavailable(why)) => assert!(why.contains("malformed"), "{why}"),
                 other => panic!("expected a malformed reply, got {other:?}"),
             }
