@@ -142,4 +142,8 @@ end
 if mode ~= 'consume' and allowed then after = before end
 local a = 0
 if allowed then a = 1 end
-return {a, after, reset_in, retry, now}
+-- One packed string, cheaper for Redis to send than an array: allowed,
+-- remaining, reset-in, retry-after, now. Floored as Redis floors a Lua
+-- number it turns into an integer reply (every one here is at least 0).
+local f = math.floor
+return struct.pack('<Bdddd', a, f(after), f(reset_in), f(retry), f(now))

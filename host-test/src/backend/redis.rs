@@ -605,6 +605,29 @@ fn listing(packed: &[u8]) -> Result<ListReply, StoreError> {
     })
 }
 
+/// A meter's answer, packed by `meter.lua` as `struct.pack('<Bdddd',
+/// allowed, remaining, reset-in, retry-after, now)`.
+fn meter_reply(packed: &[u8]) -> Result<MeterReply, StoreError> {
+    let mut p = Packed::new(packed);
+    let allowed = match p.byte()? {
+        0 => false,
+        1 => true,
+        _ => return Err(malformed("a meter's allowed")),
+    };
+    let remaining = u32::try_from(p.number()?).map_err(|_| malformed("remaining"))?;
+    let (reset_in_ms, retry_after_ms, now) = (p.number()?, p.number()?, p.number()?);
+    if !p.rest().is_empty() {
+        return Err(malformed("a meter reply too long"));
+    }
+    Ok(MeterReply {
+        allowed,
+        remaining,
+        reset_in_ms,
+        retry_after_ms,
+        now,
+    })
+}
+
 /// A page of the change feed, packed by the script as `struct.pack('<dd',
 /// now, revision)`, then for each change `struct.pack('<I4I4', #id,
 /// #message)`, the stream id (`<revision>-0`) and the message as the feed
@@ -856,15 +879,12 @@ impl Backend for RedisBackend {
             .arg(request.window_ms)
             .arg(request.cost)
             .arg(mode);
-        let reply = self.run_script(&cmd, METER_SCRIPT).await?;
-        let mut r = Reader::new(&reply);
-        Ok(MeterReply {
-            allowed: r.u64()? == 1,
-            remaining: u32::try_from(r.u64()?).map_err(|_| malformed("remaining"))?,
-            reset_in_ms: r.u64()?,
-            retry_after_ms: r.u64()?,
-            now: r.u64()?,
-        })
+        match self.run_script_value(&cmd, METER_SCRIPT).await? {
+            Value::BulkString(packed) => meter_reply(&packed),
+            other => Err(malformed(&format!(
+                "expected a packed meter reply, got {other:?}"
+            ))),
+        }
     }
 
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
@@ -1068,6 +1088,43 @@ mod tests {
         ];
         for case in cases {
             match page(&case) {
+                Err(StoreError::Unavailable(why)) => assert!(why.contains("malformed"), "{why}"),
+                other => panic!("expected a malformed reply, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_packed_meter_reply_is_read_and_malformed_ones_are_errors() {
+        let pack = |allowed: u8, numbers: [f64; 4]| {
+            let mut out = vec![allowed];
+            for n in numbers {
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            out
+        };
+        let reply = meter_reply(&pack(1, [9.0, 60_000.0, 0.0, 1000.0])).unwrap();
+        assert!(reply.allowed);
+        assert_eq!(
+            (
+                reply.remaining,
+                reply.reset_in_ms,
+                reply.retry_after_ms,
+                reply.now
+            ),
+            (9, 60_000, 0, 1000)
+        );
+        let mut too_long = pack(1, [9.0, 1.0, 0.0, 1000.0]);
+        too_long.push(0);
+        let cases = [
+            pack(2, [9.0, 1.0, 0.0, 1000.0]),  // allowed neither 0 nor 1
+            pack(1, [5e9, 1.0, 0.0, 1000.0]),  // remaining beyond a u32
+            pack(0, [9.0, 1.0, -1.0, 1000.0]), // a negative retry-after
+            pack(1, [9.0, 1.0, 0.0, 1000.0])[..20].to_vec(), // cut short
+            too_long,
+        ];
+        for case in cases {
+            match meter_reply(&case) {
                 Err(StoreError::Unavailable(why)) => assert!(why.contains("malformed"), "{why}"),
                 other => panic!("expected a malformed reply, got {other:?}"),
             }
