@@ -8,8 +8,9 @@
 //! - release is a delete guarded by (fence, owner) (one request);
 //! - extend is a touch guarded by (fence, owner) (one request), which renews
 //!   the TTL without a new revision, so the fence stays the same;
-//! - a waiter blocks in the store's `wait` on the holder's revision, so the
-//!   release (a delete, hence a new revision) or the expiry wakes it.
+//! - a waiter blocks in the store's `wait-then-put` on the holder's revision,
+//!   so the release (a delete, hence a new revision) or the expiry ends the
+//!   wait, and its next create-if-absent runs right then, in the same request.
 //!
 //! Fences are strictly increasing because store revisions are: every later
 //! acquisition is a later write to the same partition.
@@ -122,14 +123,14 @@ impl<S: Store, E: Entropy> Locks<S, E> {
         let partition = keys::lock_partition(id, resource);
         let owner = hex(&self.entropy.random_16());
         let mut patience = Patience::new(policy);
+        let mut reply = self.store.put(
+            &partition,
+            LOCK_HOLDER_KEY,
+            owner.as_bytes(),
+            Some(ttl_ms),
+            &Condition::Absent,
+        )?;
         loop {
-            let reply = self.store.put(
-                &partition,
-                LOCK_HOLDER_KEY,
-                owner.as_bytes(),
-                Some(ttl_ms),
-                &Condition::Absent,
-            )?;
             let current = match reply.outcome {
                 Outcome::Applied(entry) => {
                     return Ok(AcquireOutcome::Acquired(HeldLock {
@@ -153,11 +154,18 @@ impl<S: Store, E: Entropy> Locks<S, E> {
                 return Ok(AcquireOutcome::Busy(holder));
             };
             // Wake on the release (a new revision) or at the holder's expiry,
-            // whichever comes first; the store's wait also wakes on expiry.
+            // whichever comes first, and try again at once: the store sends
+            // the attempt with the wait, so it runs the moment the wait ends.
             let wait_ms = wait_ms.min(holder.remaining_ms);
-            if wait_ms > 0 {
-                self.store.wait(&partition, current.revision, wait_ms)?;
-            }
+            reply = self.store.wait_then_put(
+                &partition,
+                LOCK_HOLDER_KEY,
+                owner.as_bytes(),
+                Some(ttl_ms),
+                &Condition::Absent,
+                current.revision,
+                wait_ms,
+            )?;
         }
     }
 

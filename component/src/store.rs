@@ -56,6 +56,22 @@ pub trait Store {
     ) -> Result<MeterReply, StoreError>;
     /// Block until the partition changes after `after`, or the timeout passes.
     fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError>;
+    /// Block as [`Store::wait`] does, then put as [`Store::put`] does: one
+    /// request where the store can make it one. By default, the two calls.
+    #[allow(clippy::too_many_arguments)] // the WIT function's parameters, one for one
+    fn wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<WriteReply, StoreError> {
+        self.wait(partition, after, timeout_ms)?;
+        self.put(partition, key, value, ttl_ms, condition)
+    }
 }
 
 /// A source of unguessable bytes, for owner tokens.

@@ -76,6 +76,18 @@ impl Store for HostStore {
     fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
         host::wait(partition, after, timeout_ms)
     }
+    fn wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<WriteReply, StoreError> {
+        host::wait_then_put(partition, key, value, ttl_ms, condition, after, timeout_ms)
+    }
 }
 
 /// Owner tokens from the host's `wasi:random`.

@@ -3,8 +3,8 @@
 // Time is a clock the tests can move (`advance`); revisions, conditions,
 // TTLs, the bounded change feed with expire events and the rate-limit meter
 // follow wit/store.wit. JavaScript runs the component on one thread, so
-// `wait` cannot block: it returns at once (the contract allows an early
-// return; callers re-check).
+// `wait` and `wait-then-put` cannot block: they return at once (the contract
+// allows an early return; callers re-check).
 
 const HISTORY = 1024;
 let offset = 0n;
@@ -122,6 +122,11 @@ export function changes(name, after, max) {
 export function wait(name) {
   const [p] = open(name);
   return p.revision;
+}
+
+// As `wait` above (returns at once), then the put.
+export function waitThenPut(name, key, value, ttlMs, condition) {
+  return put(name, key, value, ttlMs, condition);
 }
 
 // The rate-limit meter: component/src/meter.rs, in BigInt arithmetic.

@@ -147,6 +147,26 @@ impl wit::Host for HostState {
     ) -> Result<u64, wit::Error> {
         Ok(self.backend().wait(&partition, after, timeout_ms).await?)
     }
+
+    async fn wait_then_put(
+        &mut self,
+        partition: String,
+        key: String,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+        condition: wit::Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<wit::WriteReply, wit::Error> {
+        let condition = condition.into();
+        Ok(self
+            .backend()
+            .wait_then_put(
+                &partition, &key, &value, ttl_ms, &condition, after, timeout_ms,
+            )
+            .await?
+            .into())
+    }
 }
 
 impl random::Host for HostState {

@@ -29,6 +29,9 @@ per_backend!(
     wait_is_woken_by_a_write,
     wait_times_out_on_the_stores_clock,
     wait_is_woken_by_an_expiry,
+    wait_then_put_puts_once_the_partition_changes,
+    wait_then_put_puts_once_at_its_timeout_whatever_the_outcome,
+    wait_then_put_after_a_change_already_made_puts_at_once,
     meter_answers_as_the_reference_algorithms_on_a_generated_trace,
     meter_state_is_not_an_entry_and_makes_no_changes,
 );
@@ -448,6 +451,95 @@ async fn wait_is_woken_by_an_expiry(h: Harness) {
     let feed = h.backend.changes("p", e.revision, 10).await.unwrap();
     assert_eq!(feed.changes[0].kind, ChangeKind::Expire);
     assert_eq!(feed.changes[0].revision, revision);
+}
+
+/// A lock's handoff, as the store sees it: a waiter's create-if-absent,
+/// sent with its wait, applies once the holder's entry is deleted.
+async fn wait_then_put_puts_once_the_partition_changes(h: Harness) {
+    let held = applied(put(&h, "p", "k", "holder", Some(60_000), Condition::Absent).await);
+    let backend = h.backend.clone();
+    let waiter = tokio::spawn(async move {
+        backend
+            .wait_then_put(
+                "p",
+                "k",
+                b"waiter",
+                Some(5_000),
+                &Condition::Absent,
+                held.revision,
+                60_000,
+            )
+            .await
+    });
+    h.until_waiting("p", 1).await;
+    let released = h
+        .backend
+        .delete("p", "k", &Condition::Always)
+        .await
+        .unwrap();
+    let Outcome::Applied(_) = released.outcome else {
+        panic!("the delete was refused: {released:?}");
+    };
+    // The clock never moved: the delete ended the wait, and the put followed.
+    let e = applied(waiter.await.unwrap().unwrap());
+    assert_eq!(e.value, b"waiter");
+    assert_eq!(e.expires_at, Some(T0 + 5_000));
+    let feed = h.backend.changes("p", held.revision, 10).await.unwrap();
+    let kinds: Vec<_> = feed.changes.iter().map(|c| c.kind).collect();
+    assert_eq!(kinds, [ChangeKind::Delete, ChangeKind::Put]);
+    assert_eq!(feed.changes[1].revision, e.revision);
+}
+
+async fn wait_then_put_puts_once_at_its_timeout_whatever_the_outcome(h: Harness) {
+    let held = applied(put(&h, "p", "k", "holder", Some(60_000), Condition::Absent).await);
+    let backend = h.backend.clone();
+    let waiter = tokio::spawn(async move {
+        backend
+            .wait_then_put(
+                "p",
+                "k",
+                b"waiter",
+                None,
+                &Condition::Absent,
+                held.revision,
+                1000,
+            )
+            .await
+    });
+    h.until_waiting("p", 1).await;
+    h.advance(999);
+    settle().await;
+    assert!(!waiter.is_finished(), "woke before its timeout");
+    h.advance(1);
+    // Nothing changed: the put was tried at the timeout and found the holder.
+    let reply = waiter.await.unwrap().unwrap();
+    assert_eq!(conflict(reply.clone()), Some(held.clone()));
+    assert_eq!(reply.now, T0 + 1000);
+    let feed = h.backend.changes("p", held.revision, 10).await.unwrap();
+    assert_eq!(feed.changes, vec![], "a refused put writes nothing");
+}
+
+async fn wait_then_put_after_a_change_already_made_puts_at_once(h: Harness) {
+    let first = applied(put(&h, "p", "k", "v1", None, Condition::Always).await);
+    let second = applied(put(&h, "p", "k", "v2", None, Condition::Always).await);
+    // The clock never moves: only the change already made can end the wait.
+    let guarded = Condition::Revision(second.revision);
+    let reply = h
+        .backend
+        .wait_then_put("p", "k", b"v3", None, &guarded, first.revision, 60_000)
+        .await
+        .unwrap();
+    let e = applied(reply);
+    assert_eq!(e.value, b"v3");
+    assert!(e.revision > second.revision);
+    // A zero timeout is no wait at all: the put is tried at once.
+    let stale = Condition::Revision(second.revision);
+    let reply = h
+        .backend
+        .wait_then_put("p", "k", b"v4", None, &stale, e.revision, 0)
+        .await
+        .unwrap();
+    assert_eq!(conflict(reply), Some(e));
 }
 
 async fn meter_answers_as_the_reference_algorithms_on_a_generated_trace(h: Harness) {

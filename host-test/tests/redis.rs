@@ -1074,3 +1074,271 @@ async fn a_rate_limit_counted_in_the_older_text_layout_keeps_its_count() {
     })
     .await
 }
+
+/// `blocked_clients` from `INFO clients`: connections blocked in a command.
+async fn blocked_clients(url: &str) -> u64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO clients reports blocked_clients")
+}
+
+/// Return once exactly `n` connections are blocked on the server at `url`.
+async fn until_blocked(url: &str, n: u64) {
+    while blocked_clients(url).await != n {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn applied_entry(outcome: Outcome) -> Entry {
+    match outcome {
+        Outcome::Applied(e) => e,
+        other => panic!("expected applied, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn wait_then_put_blocks_on_the_feed_and_puts_in_the_same_request_as_the_release_lands() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        let url = server.url();
+        let held = put(&backend, "k", b"holder", Some(60_000)).await;
+        let before = backend.round_trips();
+        let b = backend.clone();
+        // An hour's timeout: only the release can end this wait in the test's 10 s.
+        let waiter = tokio::spawn(async move {
+            let absent = Condition::Absent;
+            b.wait_then_put(
+                "p",
+                "k",
+                b"waiter",
+                Some(60_000),
+                &absent,
+                held.revision,
+                3_600_000,
+            )
+            .await
+        });
+        until_blocked(&url, 1).await;
+        applied_entry(
+            backend
+                .delete("p", "k", &Condition::Always)
+                .await
+                .unwrap()
+                .outcome,
+        );
+        let e = applied_entry(waiter.await.unwrap().unwrap().outcome);
+        assert_eq!(e.value, b"waiter");
+        assert_eq!(
+            backend.round_trips() - before,
+            2,
+            "the delete, and the waiter's wait and put as one request"
+        );
+        assert_eq!(backend.blocking_connections_opened(), 1);
+
+        // The connection is kept for the next call. The change is already
+        // there, so this one returns at once, and its put finds the waiter.
+        let reply = backend
+            .wait_then_put(
+                "p",
+                "k",
+                b"late",
+                None,
+                &Condition::Absent,
+                held.revision,
+                3_600_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply.outcome, Outcome::Conflict(Some(e)));
+        assert_eq!(backend.blocking_connections_opened(), 1, "reused");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_cancelled_wait_then_put_never_puts_and_its_connection_is_not_reused() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        let url = server.url();
+        let held = put(&backend, "k", b"holder", Some(60_000)).await;
+        let b = backend.clone();
+        let waiter = tokio::spawn(async move {
+            let absent = Condition::Absent;
+            b.wait_then_put(
+                "p",
+                "k",
+                b"ghost",
+                Some(60_000),
+                &absent,
+                held.revision,
+                3_600_000,
+            )
+            .await
+        });
+        until_blocked(&url, 1).await;
+        // The caller goes away (an instance dropped mid-call, say).
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+        // Nothing changed the feed and the hour has not passed, so the block
+        // can only end with the connection closed, its queued put with it.
+        until_blocked(&url, 0).await;
+        applied_entry(
+            backend
+                .delete("p", "k", &Condition::Always)
+                .await
+                .unwrap()
+                .outcome,
+        );
+        let reply = backend
+            .wait_then_put(
+                "p",
+                "k",
+                b"next",
+                None,
+                &Condition::Absent,
+                held.revision,
+                3_600_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(applied_entry(reply.outcome).value, b"next");
+        assert_eq!(
+            backend.blocking_connections_opened(),
+            2,
+            "the cancelled call's connection was dropped, not reused"
+        );
+        let feed = backend.changes("p", held.revision, 10).await.unwrap();
+        let kinds: Vec<_> = feed.changes.iter().map(|c| c.kind).collect();
+        assert_eq!(kinds, [ChangeKind::Delete, ChangeKind::Put], "no ghost put");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_wait_then_put_that_times_out_still_puts_once() {
+    bounded(async {
+        let (backend, _server) = shared_backend(|c| c).await;
+        let held = put(&backend, "k", b"holder", Some(60_000)).await;
+        let reply = backend
+            .wait_then_put(
+                "p",
+                "k",
+                b"waiter",
+                None,
+                &Condition::Absent,
+                held.revision,
+                20,
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply.outcome, Outcome::Conflict(Some(held.clone())));
+        assert!(
+            reply.now >= held.updated_at + 20,
+            "the put ran after the block"
+        );
+        assert_eq!(backend.blocking_connections_opened(), 1);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_wait_then_put_after_a_script_flush_loads_the_script_and_puts() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        let held = put(&backend, "k", b"v1", None).await;
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        // The revision before `held`: the wait ends at once, the put meets NOSCRIPT.
+        let guard = Condition::Revision(held.revision);
+        let reply = backend
+            .wait_then_put("p", "k", b"v2", None, &guard, held.revision - 1, 3_600_000)
+            .await
+            .unwrap();
+        assert_eq!(applied_entry(reply.outcome).value, b"v2");
+        assert_eq!(backend.blocking_connections_opened(), 1);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn with_no_blocking_connection_free_wait_then_put_waits_on_notifications() {
+    bounded(async {
+        let (backend, _server) = shared_backend(|c| RedisConfig {
+            blocking_connections: 0,
+            ..c
+        })
+        .await;
+        let held = put(&backend, "k", b"holder", Some(60_000)).await;
+        let b = backend.clone();
+        let waiter = tokio::spawn(async move {
+            let absent = Condition::Absent;
+            b.wait_then_put(
+                "p",
+                "k",
+                b"waiter",
+                Some(60_000),
+                &absent,
+                held.revision,
+                3_600_000,
+            )
+            .await
+        });
+        while backend.waiters("p") != 1 {
+            tokio::task::yield_now().await;
+        }
+        applied_entry(
+            backend
+                .delete("p", "k", &Condition::Always)
+                .await
+                .unwrap()
+                .outcome,
+        );
+        let e = applied_entry(waiter.await.unwrap().unwrap().outcome);
+        assert_eq!(e.value, b"waiter");
+        assert_eq!(backend.blocking_connections_opened(), 0);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_lock_waiter_takes_the_lock_in_the_request_it_waits_in() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        let url = server.url();
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut holder = runtime.instantiate().await.unwrap();
+        let lock = held(acquire(&mut holder, no_wait(60_000)).await);
+        let mut waiter = runtime.instantiate().await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let options = AcquireOptions {
+                ttl_ms: Some(60_000),
+                wait: Some(WaitPolicy::Timeout(60_000)),
+            };
+            let outcome = acquire(&mut waiter, options).await;
+            (outcome, waiter.store_calls())
+        });
+        until_blocked(&url, 1).await;
+        assert!(holder.release(&lock).await.unwrap().unwrap());
+        let (outcome, store_calls) = waiting.await.unwrap();
+        let taken = held(outcome);
+        assert!(taken.fence > lock.fence);
+        assert_eq!(
+            store_calls, 2,
+            "a create-if-absent, then one wait-then-put that took the lock"
+        );
+    })
+    .await
+}

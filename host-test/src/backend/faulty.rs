@@ -151,4 +151,20 @@ impl Backend for FaultyBackend {
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
         faulty!(self, self.inner.wait(partition, after, timeout_ms))
     }
+    async fn wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<WriteReply, StoreError> {
+        faulty!(
+            self,
+            self.inner
+                .wait_then_put(partition, key, value, ttl_ms, condition, after, timeout_ms)
+        )
+    }
 }

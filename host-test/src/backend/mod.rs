@@ -67,4 +67,21 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<MeterReply, StoreError>;
     /// Block until the partition's revision exceeds `after` or the timeout passes.
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError>;
+    /// Block as [`Backend::wait`] does, then put as [`Backend::put`] does.
+    /// By default the two calls, one after the other; a backend on a remote
+    /// server sends the put with the wait (see `wit/store.wit`).
+    #[allow(clippy::too_many_arguments)] // the WIT function's parameters, one for one
+    async fn wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<WriteReply, StoreError> {
+        self.wait(partition, after, timeout_ms).await?;
+        self.put(partition, key, value, ttl_ms, condition).await
+    }
 }

@@ -2,8 +2,9 @@
 //! per call, ready for Redis Cluster.
 //!
 //! Every operation is one `EVALSHA` of `redis.lua` (loaded once, reloaded on
-//! `NOSCRIPT`), except `now`, which is one `TIME`. The script keeps each
-//! partition in three keys that share one hash tag — `<prefix>:{p:<partition>}:e`
+//! `NOSCRIPT`), except `now`, which is one `TIME`, and `wait-then-put`, which
+//! is one `XREAD BLOCK` with the put's `EVALSHA` sent right behind it. The
+//! script keeps each partition in three keys that share one hash tag — `<prefix>:{p:<partition>}:e`
 //! (entries and the partition's meta), `:x` (expiry index), `:f` (change
 //! feed, a stream trimmed by whole nodes, its exact history enforced on
 //! read) — so it always touches one cluster slot. Time is Redis's own
@@ -19,16 +20,27 @@
 //! least every [`RedisConfig::recheck`], so a lost notification delays it by a bounded
 //! time, never forever. `wait` is the one call that may take more than one
 //! round trip: a check per wake-up.
+//!
+//! `wait-then-put` (how a lock waiter waits) does hold a connection while it
+//! blocks, taken from a small pool: it sends `XREAD BLOCK` on the partition's
+//! change feed and, in the same write, the put's `EVALSHA`. Redis runs a
+//! connection's commands in order, so the put runs the moment the feed
+//! grows (or the block times out), on the server, with no round trip back
+//! to this host in between. Every change, the release of a lock included,
+//! appends to the feed, so nothing extra is written for it. At most
+//! [`RedisConfig::blocking_connections`] calls block at once; beyond that,
+//! and under a test clock (whose time cannot end a block on Redis), it is a
+//! `wait` followed by a `put`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use ::redis::{
-    Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError,
-    ServerErrorKind, Value,
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo,
+    PushKind, RedisError, ServerErrorKind, Value,
 };
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -43,6 +55,9 @@ const METER_SCRIPT: &str = include_str!("meter.lua");
 
 /// The default longest sleep of a waiter between checks, in ms.
 pub const RECHECK_MS: u64 = 500;
+/// The default number of `wait-then-put` calls that may block on a
+/// connection of their own at once.
+pub const BLOCKING_CONNECTIONS: usize = 64;
 
 /// How to reach Redis and how to lay out coord's data there.
 #[derive(Debug, Clone)]
@@ -62,6 +77,11 @@ pub struct RedisConfig {
     /// The longest a waiter sleeps between checks when no notification
     /// comes: the bound on the delay a lost notification can cause.
     pub recheck: Duration,
+    /// How many `wait-then-put` calls may block at once, each on a Redis
+    /// connection of its own (kept open for the next one afterwards); calls
+    /// beyond it wait on the shared subscriber connection, then put. 0 turns
+    /// the blocking path off.
+    pub blocking_connections: usize,
     /// For tests only: take "now" from this clock instead of Redis's `TIME`,
     /// so TTL tests move a clock instead of sleeping. Everything else still
     /// runs in Redis. `None` (the default) is the store's own clock.
@@ -71,7 +91,8 @@ pub struct RedisConfig {
 impl RedisConfig {
     /// The defaults for `url`: prefix `coord`, 1024 changes of history,
     /// ten minutes of retention, a two-second response timeout, a re-check
-    /// every half second, and Redis's own clock.
+    /// every half second, 64 blocking connections at most, and Redis's own
+    /// clock.
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
@@ -80,6 +101,7 @@ impl RedisConfig {
             retention_ms: 600_000,
             response_timeout: Duration::from_secs(2),
             recheck: Duration::from_millis(RECHECK_MS),
+            blocking_connections: BLOCKING_CONNECTIONS,
             test_clock: None,
         }
     }
@@ -106,6 +128,14 @@ pub struct RedisBackend {
     round_trips: AtomicU64,
     waiters: Waiters,
     subscriptions: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
+    /// Opens the connections `wait-then-put` blocks on.
+    client: Client,
+    /// Blocking connections whose call finished cleanly, ready for the next.
+    idle_blocking: Mutex<Vec<MultiplexedConnection>>,
+    /// `wait-then-put` calls blocking right now.
+    blocking: AtomicUsize,
+    /// Blocking connections opened so far (for tests: reuse is observable).
+    blocking_opened: AtomicU64,
     /// Taken for the whole of each script call when a test clock gives the
     /// time (see [`RedisBackend::turn`]).
     test_turn: tokio::sync::Mutex<()>,
@@ -141,12 +171,10 @@ impl RedisBackend {
                 .set_number_of_retries(2)
                 .set_max_delay(Duration::from_millis(500))
         };
-        let conn = ConnectionManager::new_with_config(
-            Client::open(info).map_err(unavailable)?,
-            manager_config(),
-        )
-        .await
-        .map_err(unavailable)?;
+        let client = Client::open(info).map_err(unavailable)?;
+        let conn = ConnectionManager::new_with_config(client.clone(), manager_config())
+            .await
+            .map_err(unavailable)?;
 
         let waiters: Waiters = Arc::default();
         // Notifications are dispatched right where the connection reads them,
@@ -177,6 +205,10 @@ impl RedisBackend {
             round_trips: AtomicU64::new(0),
             waiters,
             subscriptions: sub_tx,
+            client,
+            idle_blocking: Mutex::new(Vec::new()),
+            blocking: AtomicUsize::new(0),
+            blocking_opened: AtomicU64::new(0),
             test_turn: tokio::sync::Mutex::new(()),
         };
         Ok(backend)
@@ -197,6 +229,11 @@ impl RedisBackend {
     /// How many requests this backend has sent to Redis.
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// How many connections `wait-then-put` has opened to block on.
+    pub fn blocking_connections_opened(&self) -> u64 {
+        self.blocking_opened.load(Ordering::Relaxed)
     }
 
     /// How many `wait` calls of this backend are asleep on `partition`,
@@ -284,42 +321,192 @@ impl RedisBackend {
         ttl_ms: Option<i64>,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
-        let (ctype, crev, cval): (&str, u64, &[u8]) = match condition {
-            Condition::Always => ("always", 0, b""),
-            Condition::Absent => ("absent", 0, b""),
-            Condition::Revision(rev) => ("revision", *rev, b""),
-            Condition::RevisionAndValue(g) => ("revision-and-value", g.revision, &g.value),
-        };
-        // The value an applied write leaves, when this call sent it: a put's
-        // own, or the guard's (the script then leaves it out of its reply).
-        let sent = match (value, condition) {
-            (Some(value), _) => Some(value),
-            (None, Condition::RevisionAndValue(g)) => Some(g.value.as_slice()),
-            (None, _) => None,
-        };
-        cmd.arg(key)
-            .arg(value.unwrap_or_default())
-            .arg(ttl_ms.unwrap_or(-1))
-            .arg(ctype)
-            .arg(crev)
-            .arg(cval);
-        let reply = match self.run_script_value(&cmd, SCRIPT).await? {
-            Value::BulkString(packed) => return applied_write(&packed, key, sent),
-            Value::Array(values) => values,
-            other => return Err(malformed(&format!("expected an array, got {other:?}"))),
-        };
-        let mut r = Reader::new(&reply);
-        let now = r.u64()?;
-        let applied = r.u64()? == 1;
-        let entry = r.maybe_entry()?;
-        let outcome = match (applied, entry) {
-            (true, Some(entry)) => Outcome::Applied(entry),
-            (true, None) => return Err(malformed("an applied write without its entry")),
-            (false, entry) => Outcome::Conflict(entry),
-        };
-        Ok(WriteReply { outcome, now })
+        let sent = write_args(&mut cmd, key, value, ttl_ms, condition);
+        write_reply(self.run_script_value(&cmd, SCRIPT).await?, key, sent)
     }
 
+    /// `wait-then-put` on a connection of its own: `XREAD BLOCK` on the
+    /// feed, the put's `EVALSHA` behind it in the same write. `None` when
+    /// every blocking connection is in use.
+    #[allow(clippy::too_many_arguments)] // the WIT function's parameters, one for one
+    async fn blocking_wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<i64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Option<Result<WriteReply, StoreError>> {
+        let slot = BlockingSlot::take(self)?;
+        Some(
+            async {
+                let mut conn = slot.connection().await?;
+                let mut put = self.script(partition, "put");
+                let sent = write_args(&mut put, key, Some(value), ttl_ms, condition);
+                let mut pipe = ::redis::pipe();
+                // Entries of the feed after `after` (its ids are "<revision>-0"):
+                // the first one there is, or the first one appended within the
+                // timeout. One is enough to end the wait.
+                pipe.cmd("XREAD")
+                    .arg("COUNT")
+                    .arg(1)
+                    .arg("BLOCK")
+                    .arg(timeout_ms)
+                    .arg("STREAMS")
+                    .arg(self.key(partition, "f"))
+                    .arg(format!("{after}-0"))
+                    .add_command(put.clone())
+                    .ignore_errors();
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let limit = Duration::from_millis(timeout_ms) + self.config.response_timeout;
+                let replies =
+                    match tokio::time::timeout(limit, pipe.query_async::<Vec<Value>>(&mut conn))
+                        .await
+                    {
+                        Ok(replies) => replies.map_err(unavailable)?,
+                        Err(_) => {
+                            return Err(StoreError::Unavailable(format!(
+                                "redis: no reply to a wait-then-put within {} ms",
+                                limit.as_millis()
+                            )));
+                        }
+                    };
+                // The XREAD's own answer does not matter: however the wait
+                // ended, the put decided.
+                let Some(reply) = replies.into_iter().nth(1) else {
+                    return Err(malformed("a wait-then-put without the put's reply"));
+                };
+                slot.keep(conn);
+                match reply.extract_error() {
+                    Ok(reply) => write_reply(reply, key, sent),
+                    // A restarted or flushed server forgot the script: the
+                    // wait is over, so load it and put again, once.
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        write_reply(self.run_script_value(&put, SCRIPT).await?, key, sent)
+                    }
+                    Err(e) => Err(unavailable(e)),
+                }
+            }
+            .await,
+        )
+    }
+}
+
+/// One `wait-then-put` blocking on a connection of its own; gives its place
+/// back when dropped, however the call ended.
+struct BlockingSlot<'a> {
+    backend: &'a RedisBackend,
+}
+
+impl<'a> BlockingSlot<'a> {
+    /// A place among the blocking calls, if one is free.
+    fn take(backend: &'a RedisBackend) -> Option<Self> {
+        let max = backend.config.blocking_connections;
+        backend
+            .blocking
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        Some(BlockingSlot { backend })
+    }
+
+    /// An idle blocking connection, or a new one. Its replies have no
+    /// timeout of their own: the call bounds the whole exchange.
+    async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
+        let idle = self
+            .backend
+            .idle_blocking
+            .lock()
+            .ok()
+            .and_then(|mut c| c.pop());
+        if let Some(conn) = idle {
+            return Ok(conn);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(self.backend.config.response_timeout));
+        let conn = self
+            .backend
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(unavailable)?;
+        self.backend.blocking_opened.fetch_add(1, Ordering::Relaxed);
+        Ok(conn)
+    }
+
+    /// Keep `conn` for the next call: only a connection whose exchange ended
+    /// cleanly, never one a cancelled or failed call may have left blocked.
+    fn keep(&self, conn: MultiplexedConnection) {
+        if let Ok(mut idle) = self.backend.idle_blocking.lock() {
+            idle.push(conn);
+        }
+    }
+}
+
+impl Drop for BlockingSlot<'_> {
+    fn drop(&mut self) {
+        self.backend.blocking.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Append a write's own arguments to `cmd`; the value an applied write
+/// leaves, when this call sent it (the script then leaves it out of its
+/// reply): a put's own, or a guard's.
+fn write_args<'a>(
+    cmd: &mut Cmd,
+    key: &str,
+    value: Option<&'a [u8]>,
+    ttl_ms: Option<i64>,
+    condition: &'a Condition,
+) -> Option<&'a [u8]> {
+    let (ctype, crev, cval): (&str, u64, &[u8]) = match condition {
+        Condition::Always => ("always", 0, b""),
+        Condition::Absent => ("absent", 0, b""),
+        Condition::Revision(rev) => ("revision", *rev, b""),
+        Condition::RevisionAndValue(g) => ("revision-and-value", g.revision, &g.value),
+    };
+    cmd.arg(key)
+        .arg(value.unwrap_or_default())
+        .arg(ttl_ms.unwrap_or(-1))
+        .arg(ctype)
+        .arg(crev)
+        .arg(cval);
+    match (value, condition) {
+        (Some(value), _) => Some(value),
+        (None, Condition::RevisionAndValue(g)) => Some(g.value.as_slice()),
+        (None, _) => None,
+    }
+}
+
+/// A write's reply: one packed string when applied, an array otherwise.
+fn write_reply(reply: Value, key: &str, sent: Option<&[u8]>) -> Result<WriteReply, StoreError> {
+    let reply = match reply {
+        Value::BulkString(packed) => return applied_write(&packed, key, sent),
+        Value::Array(values) => values,
+        other => return Err(malformed(&format!("expected an array, got {other:?}"))),
+    };
+    let mut r = Reader::new(&reply);
+    let now = r.u64()?;
+    let applied = r.u64()? == 1;
+    let entry = r.maybe_entry()?;
+    let outcome = match (applied, entry) {
+        (true, Some(entry)) => Outcome::Applied(entry),
+        (true, None) => return Err(malformed("an applied write without its entry")),
+        (false, entry) => Outcome::Conflict(entry),
+    };
+    Ok(WriteReply { outcome, now })
+}
+
+/// A TTL as the script takes it.
+fn ttl_arg(ttl_ms: u64) -> Result<i64, StoreError> {
+    i64::try_from(ttl_ms).map_err(|_| StoreError::Invalid("ttl-ms is too large".into()))
+}
+
+impl RedisBackend {
     /// With a test clock, one script call at a time, from reading the clock
     /// to the reply: the clock is read when a call is built, so calls in
     /// flight together could reach Redis out of clock order and show the
@@ -781,11 +968,7 @@ impl Backend for RedisBackend {
         ttl_ms: Option<u64>,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
-        let ttl = ttl_ms
-            .map(|t| {
-                i64::try_from(t).map_err(|_| StoreError::Invalid("ttl-ms is too large".into()))
-            })
-            .transpose()?;
+        let ttl = ttl_ms.map(ttl_arg).transpose()?;
         let _turn = self.turn().await;
         self.write(
             self.script(partition, "put"),
@@ -815,8 +998,7 @@ impl Backend for RedisBackend {
         ttl_ms: u64,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
-        let ttl =
-            i64::try_from(ttl_ms).map_err(|_| StoreError::Invalid("ttl-ms is too large".into()))?;
+        let ttl = ttl_arg(ttl_ms)?;
         let _turn = self.turn().await;
         self.write(
             self.script(partition, "touch"),
@@ -922,6 +1104,31 @@ impl Backend for RedisBackend {
                 _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
             }
         }
+    }
+
+    async fn wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<WriteReply, StoreError> {
+        // A test clock's time cannot end a block on Redis, and `BLOCK 0`
+        // would block forever: those wait here, then put.
+        if self.config.test_clock.is_none() && timeout_ms > 0 {
+            let ttl = ttl_ms.map(ttl_arg).transpose()?;
+            if let Some(reply) = self
+                .blocking_wait_then_put(partition, key, value, ttl, condition, after, timeout_ms)
+                .await
+            {
+                return reply;
+            }
+        }
+        self.wait(partition, after, timeout_ms).await?;
+        self.put(partition, key, value, ttl_ms, condition).await
     }
 }
 
