@@ -122,8 +122,21 @@ async fn main() -> wasmtime::Result<()> {
     ops::after_idle("in memory", memory.clone(), None, effort).await?;
     ops::after_idle("Redis", redis.clone(), Some(&redis), effort).await?;
 
-    ops::handoff("in memory", memory, None, effort).await?;
-    ops::handoff("Redis", redis, Some(redis_url), effort).await?;
+    // The same Redis, with the lock waiter's wait and attempt as two
+    // requests: what a handoff cost before `wait-then-put`.
+    // Same keys as `redis`: the holder, on `redis`, releases to waiters on either.
+    let apart_config = RedisConfig {
+        prefix: format!("coordbench-{}", std::process::id()),
+        blocking_connections: 0,
+        ..RedisConfig::new(redis_url.clone())
+    };
+    let apart: Arc<dyn Backend> = Arc::new(
+        RedisBackend::connect(apart_config)
+            .await
+            .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?,
+    );
+    ops::handoff("in memory", memory, None, None, effort).await?;
+    ops::handoff("Redis", redis, Some(apart), Some(redis_url), effort).await?;
     Ok(())
 }
 

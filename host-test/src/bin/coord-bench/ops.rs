@@ -754,72 +754,33 @@ async fn native_extend(
 }
 
 /// How long after a release a waiting instance holds the lock: woken by the
-/// release (the component's wait) against polling every 200 ms.
+/// release (the component's `wait-then-put`) against polling every 200 ms.
+/// With `apart` (Redis with its blocking connections off), also the same
+/// handoff with the waiter's wait and its attempt as two requests, in turns
+/// with the first, so both see the same moments of the VM.
 pub async fn handoff(
     label: &str,
     backend: Arc<dyn Backend>,
+    apart: Option<Arc<dyn Backend>>,
     redis: Option<String>,
     effort: Effort,
 ) -> wasmtime::Result<()> {
     let runtime = Arc::new(Runtime::new(backend)?);
+    let apart = apart.map(Runtime::new).transpose()?.map(Arc::new);
     let mut holder = runtime.instantiate().await?;
     let mut woken = Stats::default();
+    let mut woken_apart = Stats::default();
     let mut polled = Stats::default();
-    for (n, poll) in (0..effort.handoffs)
-        .map(|n| (n, false))
-        .chain((0..effort.handoffs / 5).map(|n| (n, true)))
-    {
-        let resource = format!("handoff-{poll}-{n}");
-        let AcquireOutcome::Acquired(lock) = holder
-            .acquire(LOCK_ID, &resource, no_wait())
-            .await?
-            .map_err(|e| failed(&format!("{e:?}")))?
-        else {
-            return Err(failed("busy"));
-        };
-        let runtime2 = runtime.clone();
-        let r2 = resource.clone();
-        let waiter = tokio::spawn(async move {
-            let mut i = runtime2.instantiate().await?;
-            if poll {
-                loop {
-                    if let AcquireOutcome::Acquired(_) = i
-                        .acquire(LOCK_ID, &r2, no_wait())
-                        .await?
-                        .map_err(|e| failed(&format!("{e:?}")))?
-                    {
-                        return Ok::<_, wasmtime::Error>(Instant::now());
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-            let wait = AcquireOptions {
-                ttl_ms: Some(30_000),
-                wait: Some(WaitPolicy::Attempts(Retry {
-                    max_attempts: 10,
-                    delay_ms: 200,
-                })),
-            };
-            match i
-                .acquire(LOCK_ID, &r2, wait)
-                .await?
-                .map_err(|e| failed(&format!("{e:?}")))?
-            {
-                AcquireOutcome::Acquired(_) => Ok(Instant::now()),
-                AcquireOutcome::Busy(_) => Err(failed("the waiter gave up")),
-            }
-        });
-        // Let the waiter reach its wait (or its poll sleep) at a random phase.
-        idle_pause(n).await;
-        let released = Instant::now();
-        holder
-            .release(&lock)
-            .await?
-            .map_err(|e| failed(&format!("{e:?}")))?;
-
-        let acquired = waiter.await??;
-        let d = acquired.saturating_duration_since(released);
-        if poll { polled.push(d) } else { woken.push(d) }
+    for n in 0..effort.handoffs {
+        woken.push(one_handoff(&mut holder, &runtime, &format!("handoff-{n}"), false, n).await?);
+        if let Some(apart) = &apart {
+            let resource = format!("handoff-apart-{n}");
+            woken_apart.push(one_handoff(&mut holder, apart, &resource, false, n).await?);
+        }
+    }
+    for n in 0..effort.handoffs / 5 {
+        polled
+            .push(one_handoff(&mut holder, &runtime, &format!("handoff-poll-{n}"), true, n).await?);
     }
     // The floor under any handoff here: waking a task parked on another
     // thread (an idle vCPU on a VM), with nothing else to do.
@@ -863,6 +824,13 @@ pub async fn handoff(
         fmt_us(woken.p99()),
         effort.handoffs
     );
+    if apart.is_some() {
+        println!(
+            "  wait, then a separate put (blocking connections off)  p50 {:>9} µs  p99 {:>9} µs",
+            fmt_us(woken_apart.median()),
+            fmt_us(woken_apart.p99()),
+        );
+    }
     println!(
         "  polling every 200 ms   p50 {:>9} µs  p99 {:>9} µs  ({} handoffs)",
         fmt_us(polled.median()),
@@ -883,6 +851,66 @@ pub async fn handoff(
     }
     println!();
     Ok(())
+}
+
+/// One handoff of a lock on `resource`: `holder` takes it, a new instance of
+/// `runtime` waits for it (or polls, every 200 ms), and after an idle pause
+/// the holder releases it. From the release to the waiter holding it.
+async fn one_handoff(
+    holder: &mut coord_host::Instance,
+    runtime: &Arc<Runtime>,
+    resource: &str,
+    poll: bool,
+    n: usize,
+) -> wasmtime::Result<Duration> {
+    let AcquireOutcome::Acquired(lock) = holder
+        .acquire(LOCK_ID, resource, no_wait())
+        .await?
+        .map_err(|e| failed(&format!("{e:?}")))?
+    else {
+        return Err(failed("busy"));
+    };
+    let runtime2 = runtime.clone();
+    let r2 = resource.to_string();
+    let waiter = tokio::spawn(async move {
+        let mut i = runtime2.instantiate().await?;
+        if poll {
+            loop {
+                if let AcquireOutcome::Acquired(_) = i
+                    .acquire(LOCK_ID, &r2, no_wait())
+                    .await?
+                    .map_err(|e| failed(&format!("{e:?}")))?
+                {
+                    return Ok::<_, wasmtime::Error>(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        let wait = AcquireOptions {
+            ttl_ms: Some(30_000),
+            wait: Some(WaitPolicy::Attempts(Retry {
+                max_attempts: 10,
+                delay_ms: 200,
+            })),
+        };
+        match i
+            .acquire(LOCK_ID, &r2, wait)
+            .await?
+            .map_err(|e| failed(&format!("{e:?}")))?
+        {
+            AcquireOutcome::Acquired(_) => Ok(Instant::now()),
+            AcquireOutcome::Busy(_) => Err(failed("the waiter gave up")),
+        }
+    });
+    // Let the waiter reach its wait (or its poll sleep) at a random phase.
+    idle_pause(n).await;
+    let released = Instant::now();
+    holder
+        .release(&lock)
+        .await?
+        .map_err(|e| failed(&format!("{e:?}")))?;
+    let acquired = waiter.await??;
+    Ok(acquired.saturating_duration_since(released))
 }
 
 /// `n` acquire+release pairs through the component on `backend`, nothing else.
