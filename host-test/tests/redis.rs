@@ -1342,3 +1342,72 @@ async fn a_lock_waiter_takes_the_lock_in_the_request_it_waits_in() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_blocking_connection_killed_mid_wait_is_unavailable_never_busy_or_acquired() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        let url = server.url();
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut holder = runtime.instantiate().await.unwrap();
+        let lock = held(acquire(&mut holder, no_wait(60_000)).await);
+        let mut waiter = runtime.instantiate().await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let options = AcquireOptions {
+                ttl_ms: Some(60_000),
+                wait: Some(WaitPolicy::Timeout(60_000)),
+            };
+            (acquire(&mut waiter, options).await, waiter)
+        });
+        until_blocked(&url, 1).await;
+        // Kill exactly the connection blocked in XREAD.
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let blocked = clients
+            .lines()
+            .find(|l| l.contains("cmd=xread"))
+            .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .expect("a client blocked in XREAD")
+            .to_string();
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(&blocked)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(killed, 1);
+        let (outcome, mut waiter) = waiting.await.unwrap();
+        assert!(
+            matches!(outcome, Err(Error::Unavailable(_))),
+            "a lost connection mid-wait must be unavailable, got {outcome:?}"
+        );
+        // The holder still holds the lock, and the next wait blocks on a
+        // fresh connection and takes the lock at the release.
+        match acquire(&mut waiter, no_wait(60_000)).await {
+            Ok(AcquireOutcome::Busy(h)) => assert_eq!(h.fence, lock.fence),
+            other => panic!("the holder must still hold, got {other:?}"),
+        }
+        let retry = tokio::spawn(async move {
+            let options = AcquireOptions {
+                ttl_ms: Some(60_000),
+                wait: Some(WaitPolicy::Timeout(60_000)),
+            };
+            acquire(&mut waiter, options).await
+        });
+        until_blocked(&url, 1).await;
+        assert!(holder.release(&lock).await.unwrap().unwrap());
+        assert!(held(retry.await.unwrap()).fence > lock.fence);
+        assert_eq!(
+            backend.blocking_connections_opened(),
+            2,
+            "the killed connection was not reused"
+        );
+    })
+    .await
+}
