@@ -132,40 +132,47 @@ impl<S: Store, E: Entropy> Locks<S, E> {
         )?;
         loop {
             let current = match reply.outcome {
-                Outcome::Applied(entry) => {
-                    return Ok(AcquireOutcome::Acquired(HeldLock {
-                        id: id.to_string(),
-                        resource: resource.to_string(),
-                        owner,
-                        fence: entry.revision,
-                        ttl_ms,
-                        expires_at: expiry(&entry)?,
-                    }));
+                Outcome::Applied(entry) => entry,
+                // This call's own token already holds the lock: an earlier
+                // attempt of this call applied and its reply was lost (a
+                // request the host retried). The token is unguessable and
+                // minted per call, so nobody else can hold it.
+                Outcome::Conflict(Some(current)) if current.value == owner.as_bytes() => current,
+                Outcome::Conflict(Some(current)) => {
+                    let holder = holder(&current, reply.now)?;
+                    let Some(wait_ms) = patience.next_wait(reply.now) else {
+                        return Ok(AcquireOutcome::Busy(holder));
+                    };
+                    // Wake on the release (a new revision) or at the holder's
+                    // expiry, whichever comes first, and try again at once: the
+                    // store sends the attempt with the wait, so it runs the
+                    // moment the wait ends.
+                    let wait_ms = wait_ms.min(holder.remaining_ms);
+                    reply = self.store.wait_then_put(
+                        &partition,
+                        LOCK_HOLDER_KEY,
+                        owner.as_bytes(),
+                        Some(ttl_ms),
+                        &Condition::Absent,
+                        current.revision,
+                        wait_ms,
+                    )?;
+                    continue;
                 }
-                Outcome::Conflict(Some(current)) => current,
                 Outcome::Conflict(None) => {
                     return Err(Error::Internal(
                         "create-if-absent failed but the store reported no entry".into(),
                     ));
                 }
             };
-            let holder = holder(&current, reply.now)?;
-            let Some(wait_ms) = patience.next_wait(reply.now) else {
-                return Ok(AcquireOutcome::Busy(holder));
-            };
-            // Wake on the release (a new revision) or at the holder's expiry,
-            // whichever comes first, and try again at once: the store sends
-            // the attempt with the wait, so it runs the moment the wait ends.
-            let wait_ms = wait_ms.min(holder.remaining_ms);
-            reply = self.store.wait_then_put(
-                &partition,
-                LOCK_HOLDER_KEY,
-                owner.as_bytes(),
-                Some(ttl_ms),
-                &Condition::Absent,
-                current.revision,
-                wait_ms,
-            )?;
+            return Ok(AcquireOutcome::Acquired(HeldLock {
+                id: id.to_string(),
+                resource: resource.to_string(),
+                owner,
+                fence: current.revision,
+                ttl_ms,
+                expires_at: expiry(&current)?,
+            }));
         }
     }
 

@@ -165,6 +165,52 @@ fn a_waiter_is_woken_by_the_release_not_by_its_poll_interval() {
 }
 
 #[test]
+fn an_attempt_whose_reply_was_lost_is_known_by_its_token_and_held() {
+    let store = FakeStore::new(T0);
+    let l = locks(&store);
+    let holder = acquired(l.acquire("stock", "item:1", once(10_000)).unwrap());
+    // CountingEntropy gives the holder's token 01…01 and the waiter's 02…02.
+    let waiter_token = "02".repeat(16);
+    let token = waiter_token.clone();
+    // While the waiter waits, the holder releases and the waiter's own
+    // attempt lands, as when a host retried a request whose reply it lost:
+    // the attempt that follows finds the waiter's token already holding.
+    store.during_wait(move |s| {
+        let other = Locks::new(s, CountingEntropy::default());
+        let _ = other.release(&holder);
+        let partition = keys::lock_partition("stock", "item:1");
+        s.put(
+            &partition,
+            LOCK_HOLDER_KEY,
+            token.as_bytes(),
+            Some(1000),
+            &Condition::Absent,
+        )
+        .unwrap();
+    });
+    let options = AcquireOptions {
+        ttl_ms: Some(1000),
+        wait: Some(WaitPolicy::Attempts(Retry {
+            max_attempts: 3,
+            delay_ms: 5000,
+        })),
+    };
+    let lock = acquired(l.acquire("stock", "item:1", options).unwrap());
+    assert_eq!(lock.owner, waiter_token);
+    let now_held = l.inspect("stock", "item:1").unwrap().unwrap();
+    assert_eq!(
+        lock.fence, now_held.fence,
+        "the fence of the attempt that landed"
+    );
+    assert_eq!(lock.expires_at, T0 + 1000);
+    assert_eq!(store.waits.get(), 1, "known at once, not waited out");
+    assert!(
+        l.release(&lock).unwrap(),
+        "and it releases as any held lock"
+    );
+}
+
+#[test]
 fn a_waiter_acquires_when_the_holder_expires() {
     let store = FakeStore::new(T0);
     let l = locks(&store);
