@@ -1411,3 +1411,59 @@ async fn a_blocking_connection_killed_mid_wait_is_unavailable_never_busy_or_acqu
     })
     .await
 }
+
+#[tokio::test]
+async fn a_blocking_connection_the_server_closed_while_idle_is_replaced_not_an_error() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        let first = put(&backend, "k", b"v1", None).await;
+        let second = put(&backend, "k", b"v2", None).await;
+        // The change is already there: each call below returns at once.
+        let reply = backend
+            .wait_then_put(
+                "p",
+                "k",
+                b"v3",
+                None,
+                &Condition::Always,
+                first.revision,
+                60_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(applied_entry(reply.outcome).value, b"v3");
+        assert_eq!(backend.blocking_connections_idle(), 1);
+        // The server closes every client connection (as a restart or an idle
+        // timeout would), the idle blocking one among them.
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(killed >= 1);
+        while backend.blocking_connections_idle() != 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let reply = backend
+            .wait_then_put(
+                "p",
+                "k",
+                b"v4",
+                None,
+                &Condition::Always,
+                second.revision,
+                60_000,
+            )
+            .await
+            .expect("a connection closed while idle is replaced, never reported unavailable");
+        assert_eq!(applied_entry(reply.outcome).value, b"v4");
+        assert_eq!(backend.blocking_connections_opened(), 2);
+    })
+    .await
+}

@@ -128,10 +128,11 @@ pub struct RedisBackend {
     round_trips: AtomicU64,
     waiters: Waiters,
     subscriptions: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
-    /// Opens the connections `wait-then-put` blocks on.
-    client: Client,
+    /// Opens the connections `wait-then-put` blocks on (RESP3, which lets
+    /// a connection report that it was closed).
+    blocking_client: Client,
     /// Blocking connections whose call finished cleanly, ready for the next.
-    idle_blocking: Mutex<Vec<MultiplexedConnection>>,
+    idle_blocking: Mutex<Vec<BlockingConnection>>,
     /// `wait-then-put` calls blocking right now.
     blocking: AtomicUsize,
     /// Blocking connections opened so far (for tests: reuse is observable).
@@ -171,17 +172,20 @@ impl RedisBackend {
                 .set_number_of_retries(2)
                 .set_max_delay(Duration::from_millis(500))
         };
-        let client = Client::open(info).map_err(unavailable)?;
-        let conn = ConnectionManager::new_with_config(client.clone(), manager_config())
-            .await
-            .map_err(unavailable)?;
+        let conn = ConnectionManager::new_with_config(
+            Client::open(info).map_err(unavailable)?,
+            manager_config(),
+        )
+        .await
+        .map_err(unavailable)?;
 
         let waiters: Waiters = Arc::default();
         // Notifications are dispatched right where the connection reads them,
         // not handed to a task of their own: one wake-up less per handoff.
         let dispatch_to = waiters.clone();
+        let blocking_client = Client::open(push_info).map_err(unavailable)?;
         let push = ConnectionManager::new_with_config(
-            Client::open(push_info).map_err(unavailable)?,
+            blocking_client.clone(),
             manager_config()
                 .set_push_sender(move |push: PushInfo| {
                     dispatch_notification(&push, &dispatch_to);
@@ -205,7 +209,7 @@ impl RedisBackend {
             round_trips: AtomicU64::new(0),
             waiters,
             subscriptions: sub_tx,
-            client,
+            blocking_client,
             idle_blocking: Mutex::new(Vec::new()),
             blocking: AtomicUsize::new(0),
             blocking_opened: AtomicU64::new(0),
@@ -234,6 +238,16 @@ impl RedisBackend {
     /// How many connections `wait-then-put` has opened to block on.
     pub fn blocking_connections_opened(&self) -> u64 {
         self.blocking_opened.load(Ordering::Relaxed)
+    }
+
+    /// How many idle blocking connections are kept that are not known to be
+    /// closed: lets a test see a closed one noticed before it calls again.
+    pub fn blocking_connections_idle(&self) -> usize {
+        self.idle_blocking.lock().map_or(0, |idle| {
+            idle.iter()
+                .filter(|c| !c.closed.load(Ordering::Acquire))
+                .count()
+        })
     }
 
     /// How many `wait` calls of this backend are asleep on `partition`,
@@ -361,18 +375,20 @@ impl RedisBackend {
                     .ignore_errors();
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
                 let limit = Duration::from_millis(timeout_ms) + self.config.response_timeout;
-                let replies =
-                    match tokio::time::timeout(limit, pipe.query_async::<Vec<Value>>(&mut conn))
-                        .await
-                    {
-                        Ok(replies) => replies.map_err(unavailable)?,
-                        Err(_) => {
-                            return Err(StoreError::Unavailable(format!(
-                                "redis: no reply to a wait-then-put within {} ms",
-                                limit.as_millis()
-                            )));
-                        }
-                    };
+                let replies = match tokio::time::timeout(
+                    limit,
+                    pipe.query_async::<Vec<Value>>(&mut conn.conn),
+                )
+                .await
+                {
+                    Ok(replies) => replies.map_err(unavailable)?,
+                    Err(_) => {
+                        return Err(StoreError::Unavailable(format!(
+                            "redis: no reply to a wait-then-put within {} ms",
+                            limit.as_millis()
+                        )));
+                    }
+                };
                 // The XREAD's own answer does not matter: however the wait
                 // ended, the put decided.
                 let Some(reply) = replies.into_iter().nth(1) else {
@@ -394,6 +410,13 @@ impl RedisBackend {
     }
 }
 
+/// A connection `wait-then-put` blocks on, and whether it is known closed.
+struct BlockingConnection {
+    conn: MultiplexedConnection,
+    /// Set when the connection reports its disconnection.
+    closed: Arc<std::sync::atomic::AtomicBool>,
+}
+
 /// One `wait-then-put` blocking on a connection of its own; gives its place
 /// back when dropped, however the call ended.
 struct BlockingSlot<'a> {
@@ -413,34 +436,42 @@ impl<'a> BlockingSlot<'a> {
         Some(BlockingSlot { backend })
     }
 
-    /// An idle blocking connection, or a new one. Its replies have no
-    /// timeout of their own: the call bounds the whole exchange.
-    async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
-        let idle = self
-            .backend
-            .idle_blocking
-            .lock()
-            .ok()
-            .and_then(|mut c| c.pop());
-        if let Some(conn) = idle {
-            return Ok(conn);
+    /// An idle blocking connection that is still open, or a new one. Idle
+    /// ones the server closed meanwhile (a restart, an idle timeout, a
+    /// `CLIENT KILL`) are dropped here, before anything is sent on them.
+    /// Replies have no timeout of their own: the call bounds the exchange.
+    async fn connection(&self) -> Result<BlockingConnection, StoreError> {
+        if let Ok(mut idle) = self.backend.idle_blocking.lock() {
+            while let Some(conn) = idle.pop() {
+                if !conn.closed.load(Ordering::Acquire) {
+                    return Ok(conn);
+                }
+            }
         }
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = closed.clone();
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(None)
-            .set_connection_timeout(Some(self.backend.config.response_timeout));
+            .set_connection_timeout(Some(self.backend.config.response_timeout))
+            .set_push_sender(move |push: PushInfo| {
+                if push.kind == PushKind::Disconnection {
+                    flag.store(true, Ordering::Release);
+                }
+                Ok::<(), std::convert::Infallible>(())
+            });
         let conn = self
             .backend
-            .client
+            .blocking_client
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(unavailable)?;
         self.backend.blocking_opened.fetch_add(1, Ordering::Relaxed);
-        Ok(conn)
+        Ok(BlockingConnection { conn, closed })
     }
 
     /// Keep `conn` for the next call: only a connection whose exchange ended
     /// cleanly, never one a cancelled or failed call may have left blocked.
-    fn keep(&self, conn: MultiplexedConnection) {
+    fn keep(&self, conn: BlockingConnection) {
         if let Ok(mut idle) = self.backend.idle_blocking.lock() {
             idle.push(conn);
         }
