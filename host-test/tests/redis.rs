@@ -1467,3 +1467,110 @@ async fn a_blocking_connection_the_server_closed_while_idle_is_replaced_not_an_e
     })
     .await
 }
+
+#[tokio::test]
+async fn a_wait_then_put_ends_its_block_at_its_timeout_not_at_a_cron_tick() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        let url = server.url();
+        // Redis times blocked commands out at its cron tick: once a second
+        // here. The host must end the block at the timeout itself.
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("hz")
+            .arg(1)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let held = put(&backend, "k", b"holder", Some(60_000)).await;
+        let before = server_calls(&url, "client|unblock").await;
+        let reply = backend
+            .wait_then_put(
+                "p",
+                "k",
+                b"waiter",
+                None,
+                &Condition::Absent,
+                held.revision,
+                30,
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply.outcome, Outcome::Conflict(Some(held)));
+        assert_eq!(
+            server_calls(&url, "client|unblock").await - before,
+            1,
+            "the host ended the block (Redis's own timeout is a response timeout later)"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn when_redis_refuses_xread_wait_then_put_waits_on_notifications_instead() {
+    bounded(async {
+        let server = RedisServer::spawn().expect("these tests start their own redis-server");
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let () = redis::cmd("ACL")
+            .arg(&[
+                "SETUSER", "noxread", "on", ">pw", "~*", "&*", "+@all", "-xread",
+            ])
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let url = server.url().replace("redis://", "redis://noxread:pw@");
+        let backend = Arc::new(
+            RedisBackend::connect(redis_config(&url, 64, None))
+                .await
+                .unwrap(),
+        );
+        let held = put(&backend, "k", b"holder", Some(60_000)).await;
+        let b = backend.clone();
+        let waiter = tokio::spawn(async move {
+            let absent = Condition::Absent;
+            b.wait_then_put(
+                "p",
+                "k",
+                b"waiter",
+                Some(60_000),
+                &absent,
+                held.revision,
+                3_600_000,
+            )
+            .await
+        });
+        // The refused XREAD did not end the wait: the waiter waits on the
+        // subscriber connection, and the release wakes it.
+        while backend.waiters("p") != 1 {
+            tokio::task::yield_now().await;
+        }
+        applied_entry(
+            backend
+                .delete("p", "k", &Condition::Always)
+                .await
+                .unwrap()
+                .outcome,
+        );
+        let e = applied_entry(waiter.await.unwrap().unwrap().outcome);
+        assert_eq!(e.value, b"waiter");
+        // Nor is XREAD tried again.
+        let reply = backend
+            .wait_then_put(
+                "p",
+                "k",
+                b"late",
+                None,
+                &Condition::Absent,
+                held.revision,
+                3_600_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply.outcome, Outcome::Conflict(Some(e)));
+        assert_eq!(backend.blocking_connections_opened(), 1);
+    })
+    .await
+}

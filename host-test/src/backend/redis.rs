@@ -27,13 +27,16 @@
 //! connection's commands in order, so the put runs the moment the feed
 //! grows (or the block times out), on the server, with no round trip back
 //! to this host in between. Every change, the release of a lock included,
-//! appends to the feed, so nothing extra is written for it. At most
-//! [`RedisConfig::blocking_connections`] calls block at once; beyond that,
-//! and under a test clock (whose time cannot end a block on Redis), it is a
-//! `wait` followed by a `put`.
+//! appends to the feed, so nothing extra is written for it. The host ends
+//! a block at its timeout itself (`CLIENT UNBLOCK ... TIMEOUT` from the main
+//! connection), as Redis notices blocked commands' timeouts only at its cron
+//! tick. At most [`RedisConfig::blocking_connections`] calls block at once;
+//! beyond that, when no connection can be opened, once Redis has refused
+//! `XREAD` (an ACL), and under a test clock (whose time cannot end a block
+//! on Redis), it is a `wait` followed by a `put`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -137,6 +140,13 @@ pub struct RedisBackend {
     blocking: AtomicUsize,
     /// Blocking connections opened so far (for tests: reuse is observable).
     blocking_opened: AtomicU64,
+    /// Set once Redis refuses `XREAD` (an ACL, a proxy): from then on every
+    /// `wait-then-put` is a `wait`, then a `put`.
+    blocking_refused: AtomicBool,
+    /// Set once Redis refuses `CLIENT UNBLOCK`: from then on a block ends
+    /// at Redis's own timeout, which its cron notices (every 100 ms at the
+    /// default `hz`), not at the host's.
+    unblock_refused: AtomicBool,
     /// Taken for the whole of each script call when a test clock gives the
     /// time (see [`RedisBackend::turn`]).
     test_turn: tokio::sync::Mutex<()>,
@@ -213,6 +223,8 @@ impl RedisBackend {
             idle_blocking: Mutex::new(Vec::new()),
             blocking: AtomicUsize::new(0),
             blocking_opened: AtomicU64::new(0),
+            blocking_refused: AtomicBool::new(false),
+            unblock_refused: AtomicBool::new(false),
             test_turn: tokio::sync::Mutex::new(()),
         };
         Ok(backend)
@@ -341,7 +353,14 @@ impl RedisBackend {
 
     /// `wait-then-put` on a connection of its own: `XREAD BLOCK` on the
     /// feed, the put's `EVALSHA` behind it in the same write. `None` when
-    /// every blocking connection is in use.
+    /// this call should wait and put apart instead: every blocking
+    /// connection is in use, none could be opened, or Redis refused the
+    /// `XREAD` (and the put it then ran at once did not apply).
+    ///
+    /// The host ends the block itself at the timeout, with `CLIENT UNBLOCK`
+    /// from the main connection: Redis times blocked commands out only at
+    /// its cron tick (every 100 ms at the default `hz`), so its own timeout,
+    /// a response timeout later, is only the backstop.
     #[allow(clippy::too_many_arguments)] // the WIT function's parameters, one for one
     async fn blocking_wait_then_put(
         &self,
@@ -354,67 +373,118 @@ impl RedisBackend {
         timeout_ms: u64,
     ) -> Option<Result<WriteReply, StoreError>> {
         let slot = BlockingSlot::take(self)?;
-        Some(
-            async {
-                let mut conn = slot.connection().await?;
-                let mut put = self.script(partition, "put");
-                let sent = write_args(&mut put, key, Some(value), ttl_ms, condition);
-                let mut pipe = ::redis::pipe();
-                // Entries of the feed after `after` (its ids are "<revision>-0"):
-                // the first one there is, or the first one appended within the
-                // timeout. One is enough to end the wait.
-                pipe.cmd("XREAD")
-                    .arg("COUNT")
-                    .arg(1)
-                    .arg("BLOCK")
-                    .arg(timeout_ms)
-                    .arg("STREAMS")
-                    .arg(self.key(partition, "f"))
-                    .arg(format!("{after}-0"))
-                    .add_command(put.clone())
-                    .ignore_errors();
-                self.round_trips.fetch_add(1, Ordering::Relaxed);
-                let limit = Duration::from_millis(timeout_ms) + self.config.response_timeout;
-                let replies = match tokio::time::timeout(
-                    limit,
-                    pipe.query_async::<Vec<Value>>(&mut conn.conn),
-                )
-                .await
-                {
-                    Ok(replies) => replies.map_err(unavailable)?,
-                    Err(_) => {
-                        return Err(StoreError::Unavailable(format!(
-                            "redis: no reply to a wait-then-put within {} ms",
-                            limit.as_millis()
-                        )));
-                    }
-                };
-                // The XREAD's own answer does not matter: however the wait
-                // ended, the put decided.
-                let Some(reply) = replies.into_iter().nth(1) else {
-                    return Err(malformed("a wait-then-put without the put's reply"));
-                };
-                slot.keep(conn);
-                match reply.extract_error() {
+        // A connection that cannot be opened (a client limit, say) leaves the
+        // shared connections, which may still serve.
+        let mut conn = slot.connection().await.ok()?;
+        let mut put = self.script(partition, "put");
+        let sent = write_args(&mut put, key, Some(value), ttl_ms, condition);
+        let unblock = !self.unblock_refused.load(Ordering::Relaxed);
+        let backstop = if unblock {
+            u64::try_from(self.config.response_timeout.as_millis()).unwrap_or(u64::MAX)
+        } else {
+            0
+        };
+        let mut pipe = ::redis::pipe();
+        // Entries of the feed after `after` (its ids are "<revision>-0"):
+        // the first one there is, or the first one appended while blocked.
+        // One is enough to end the wait.
+        pipe.cmd("XREAD")
+            .arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(timeout_ms.saturating_add(backstop))
+            .arg("STREAMS")
+            .arg(self.key(partition, "f"))
+            .arg(format!("{after}-0"))
+            .add_command(put.clone())
+            .ignore_errors();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let limit = Duration::from_millis(timeout_ms.saturating_add(backstop))
+            .saturating_add(self.config.response_timeout);
+        let exchange = async {
+            let replies = pipe.query_async::<Vec<Value>>(&mut conn.conn);
+            tokio::pin!(replies);
+            if unblock {
+                tokio::select! {
+                    replies = &mut replies => return replies,
+                    _ = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {}
+                }
+                self.unblock(conn.id).await;
+            }
+            replies.await
+        };
+        let replies = match tokio::time::timeout(limit, exchange).await {
+            Ok(Ok(replies)) => replies,
+            Ok(Err(e)) => return Some(Err(unavailable(e))),
+            Err(_) => {
+                return Some(Err(StoreError::Unavailable(format!(
+                    "redis: no reply to a wait-then-put within {} ms",
+                    limit.as_millis()
+                ))));
+            }
+        };
+        let mut replies = replies.into_iter();
+        let (Some(read), Some(reply)) = (replies.next(), replies.next()) else {
+            return Some(Err(malformed("a wait-then-put without both replies")));
+        };
+        slot.keep(conn);
+        let reply = match reply.extract_error() {
+            Ok(reply) => write_reply(reply, key, sent),
+            // A restarted or flushed server forgot the script: the wait is
+            // over, so load it and put again, once.
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                match self.run_script_value(&put, SCRIPT).await {
                     Ok(reply) => write_reply(reply, key, sent),
-                    // A restarted or flushed server forgot the script: the
-                    // wait is over, so load it and put again, once.
-                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        write_reply(self.run_script_value(&put, SCRIPT).await?, key, sent)
-                    }
-                    Err(e) => Err(unavailable(e)),
+                    Err(e) => Err(e),
                 }
             }
-            .await,
-        )
+            Err(e) => Err(unavailable(e)),
+        };
+        if let Value::ServerError(_) = read {
+            // Redis refused the XREAD, so the put ran without a wait. Keep
+            // what it wrote; otherwise wait and put apart, now and from now
+            // on (a refusal is a setting, not a moment).
+            self.blocking_refused.store(true, Ordering::Relaxed);
+            if !matches!(
+                &reply,
+                Ok(WriteReply {
+                    outcome: Outcome::Applied(_),
+                    ..
+                })
+            ) {
+                return None;
+            }
+        }
+        Some(reply)
+    }
+
+    /// End the block of connection `id` as if it had timed out, so that its
+    /// queued put runs now. If Redis refuses (`CLIENT UNBLOCK` is an admin
+    /// command an ACL may deny), later blocks end at Redis's own timeout.
+    async fn unblock(&self, id: i64) {
+        let mut conn = self.conn.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let unblocked = ::redis::cmd("CLIENT")
+            .arg("UNBLOCK")
+            .arg(id)
+            .arg("TIMEOUT")
+            .query_async::<i64>(&mut conn)
+            .await;
+        if let Err(e) = unblocked
+            && e.kind() != ErrorKind::Io
+        {
+            self.unblock_refused.store(true, Ordering::Relaxed);
+        }
     }
 }
 
 /// A connection `wait-then-put` blocks on, and whether it is known closed.
 struct BlockingConnection {
     conn: MultiplexedConnection,
+    /// Its `CLIENT ID`, for `CLIENT UNBLOCK`.
+    id: i64,
     /// Set when the connection reports its disconnection.
-    closed: Arc<std::sync::atomic::AtomicBool>,
+    closed: Arc<AtomicBool>,
 }
 
 /// One `wait-then-put` blocking on a connection of its own; gives its place
@@ -448,7 +518,7 @@ impl<'a> BlockingSlot<'a> {
                 }
             }
         }
-        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let closed = Arc::new(AtomicBool::new(false));
         let flag = closed.clone();
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(None)
@@ -459,14 +529,23 @@ impl<'a> BlockingSlot<'a> {
                 }
                 Ok::<(), std::convert::Infallible>(())
             });
-        let conn = self
+        let mut conn = self
             .backend
             .blocking_client
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(unavailable)?;
+        let id = tokio::time::timeout(
+            self.backend.config.response_timeout,
+            ::redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<i64>(&mut conn),
+        )
+        .await
+        .map_err(|_| StoreError::Unavailable("redis: no reply to CLIENT ID".into()))?
+        .map_err(unavailable)?;
         self.backend.blocking_opened.fetch_add(1, Ordering::Relaxed);
-        Ok(BlockingConnection { conn, closed })
+        Ok(BlockingConnection { conn, id, closed })
     }
 
     /// Keep `conn` for the next call: only a connection whose exchange ended
@@ -1147,9 +1226,12 @@ impl Backend for RedisBackend {
         after: u64,
         timeout_ms: u64,
     ) -> Result<WriteReply, StoreError> {
-        // A test clock's time cannot end a block on Redis, and `BLOCK 0`
-        // would block forever: those wait here, then put.
-        if self.config.test_clock.is_none() && timeout_ms > 0 {
+        if timeout_ms == 0 {
+            // No wait at all (and `BLOCK 0` would block forever).
+            return self.put(partition, key, value, ttl_ms, condition).await;
+        }
+        // A test clock's time cannot end a block on Redis: that waits here.
+        if self.config.test_clock.is_none() && !self.blocking_refused.load(Ordering::Relaxed) {
             let ttl = ttl_ms.map(ttl_arg).transpose()?;
             if let Some(reply) = self
                 .blocking_wait_then_put(partition, key, value, ttl, condition, after, timeout_ms)
