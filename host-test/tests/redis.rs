@@ -14,7 +14,7 @@ use common::{RedisServer, bounded, redis_config, redis_url};
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::backend::{
     Backend, ChangeKind, Condition, Entry, MeterAlgorithm, MeterMode, MeterRequest, Outcome,
-    StoreError,
+    StoreError, WriteReply,
 };
 use coord_host::lock::*;
 use coord_host::{Instance, Runtime};
@@ -1097,6 +1097,56 @@ async fn until_blocked(url: &str, n: u64) {
     }
 }
 
+/// A connection to administer the server at `url` (`CLIENT`, `CONFIG`, `ACL`).
+async fn admin_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Create `k` in `p` with `value` (a minute's TTL) once the partition has
+/// changed after `after`, or at `timeout_ms`: a lock waiter's attempt.
+async fn wait_then_create(
+    backend: &RedisBackend,
+    value: &[u8],
+    after: u64,
+    timeout_ms: u64,
+) -> Result<WriteReply, StoreError> {
+    let absent = Condition::Absent;
+    backend
+        .wait_then_put("p", "k", value, Some(60_000), &absent, after, timeout_ms)
+        .await
+}
+
+/// [`wait_then_create`] in a task of its own, with an hour's timeout: in a
+/// test's 10 s only a change (or a lost connection) can end its wait.
+fn spawn_waiter(
+    backend: &Arc<RedisBackend>,
+    value: &'static [u8],
+    after: u64,
+) -> tokio::task::JoinHandle<Result<WriteReply, StoreError>> {
+    let backend = backend.clone();
+    tokio::spawn(async move { wait_then_create(&backend, value, after, 3_600_000).await })
+}
+
+/// Delete `k` of `p`, which must be there: the holder's release.
+async fn release_k(backend: &RedisBackend) {
+    applied_entry(
+        backend
+            .delete("p", "k", &Condition::Always)
+            .await
+            .unwrap()
+            .outcome,
+    );
+}
+
+/// Acquire options that wait up to a minute.
+fn wait_a_minute() -> AcquireOptions {
+    AcquireOptions {
+        ttl_ms: Some(60_000),
+        wait: Some(WaitPolicy::Timeout(60_000)),
+    }
+}
+
 fn applied_entry(outcome: Outcome) -> Entry {
     match outcome {
         Outcome::Applied(e) => e,
@@ -1111,29 +1161,10 @@ async fn wait_then_put_blocks_on_the_feed_and_puts_in_the_same_request_as_the_re
         let url = server.url();
         let held = put(&backend, "k", b"holder", Some(60_000)).await;
         let before = backend.round_trips();
-        let b = backend.clone();
         // An hour's timeout: only the release can end this wait in the test's 10 s.
-        let waiter = tokio::spawn(async move {
-            let absent = Condition::Absent;
-            b.wait_then_put(
-                "p",
-                "k",
-                b"waiter",
-                Some(60_000),
-                &absent,
-                held.revision,
-                3_600_000,
-            )
-            .await
-        });
+        let waiter = spawn_waiter(&backend, b"waiter", held.revision);
         until_blocked(&url, 1).await;
-        applied_entry(
-            backend
-                .delete("p", "k", &Condition::Always)
-                .await
-                .unwrap()
-                .outcome,
-        );
+        release_k(&backend).await;
         let e = applied_entry(waiter.await.unwrap().unwrap().outcome);
         assert_eq!(e.value, b"waiter");
         assert_eq!(
@@ -1145,16 +1176,7 @@ async fn wait_then_put_blocks_on_the_feed_and_puts_in_the_same_request_as_the_re
 
         // The connection is kept for the next call. The change is already
         // there, so this one returns at once, and its put finds the waiter.
-        let reply = backend
-            .wait_then_put(
-                "p",
-                "k",
-                b"late",
-                None,
-                &Condition::Absent,
-                held.revision,
-                3_600_000,
-            )
+        let reply = wait_then_create(&backend, b"late", held.revision, 3_600_000)
             .await
             .unwrap();
         assert_eq!(reply.outcome, Outcome::Conflict(Some(e)));
@@ -1169,20 +1191,7 @@ async fn a_cancelled_wait_then_put_never_puts_and_its_connection_is_not_reused()
         let (server, backend) = private_server().await;
         let url = server.url();
         let held = put(&backend, "k", b"holder", Some(60_000)).await;
-        let b = backend.clone();
-        let waiter = tokio::spawn(async move {
-            let absent = Condition::Absent;
-            b.wait_then_put(
-                "p",
-                "k",
-                b"ghost",
-                Some(60_000),
-                &absent,
-                held.revision,
-                3_600_000,
-            )
-            .await
-        });
+        let waiter = spawn_waiter(&backend, b"ghost", held.revision);
         until_blocked(&url, 1).await;
         // The caller goes away (an instance dropped mid-call, say).
         waiter.abort();
@@ -1190,23 +1199,8 @@ async fn a_cancelled_wait_then_put_never_puts_and_its_connection_is_not_reused()
         // Nothing changed the feed and the hour has not passed, so the block
         // can only end with the connection closed, its queued put with it.
         until_blocked(&url, 0).await;
-        applied_entry(
-            backend
-                .delete("p", "k", &Condition::Always)
-                .await
-                .unwrap()
-                .outcome,
-        );
-        let reply = backend
-            .wait_then_put(
-                "p",
-                "k",
-                b"next",
-                None,
-                &Condition::Absent,
-                held.revision,
-                3_600_000,
-            )
+        release_k(&backend).await;
+        let reply = wait_then_create(&backend, b"next", held.revision, 3_600_000)
             .await
             .unwrap();
         assert_eq!(applied_entry(reply.outcome).value, b"next");
@@ -1227,16 +1221,7 @@ async fn a_wait_then_put_that_times_out_still_puts_once() {
     bounded(async {
         let (backend, _server) = shared_backend(|c| c).await;
         let held = put(&backend, "k", b"holder", Some(60_000)).await;
-        let reply = backend
-            .wait_then_put(
-                "p",
-                "k",
-                b"waiter",
-                None,
-                &Condition::Absent,
-                held.revision,
-                20,
-            )
+        let reply = wait_then_create(&backend, b"waiter", held.revision, 20)
             .await
             .unwrap();
         assert_eq!(reply.outcome, Outcome::Conflict(Some(held.clone())));
@@ -1254,8 +1239,7 @@ async fn a_wait_then_put_after_a_script_flush_loads_the_script_and_puts() {
     bounded(async {
         let (server, backend) = private_server().await;
         let held = put(&backend, "k", b"v1", None).await;
-        let client = redis::Client::open(server.url()).unwrap();
-        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let mut admin = admin_connection(&server.url()).await;
         let () = redis::cmd("SCRIPT")
             .arg("FLUSH")
             .query_async(&mut admin)
@@ -1282,30 +1266,11 @@ async fn with_no_blocking_connection_free_wait_then_put_waits_on_notifications()
         })
         .await;
         let held = put(&backend, "k", b"holder", Some(60_000)).await;
-        let b = backend.clone();
-        let waiter = tokio::spawn(async move {
-            let absent = Condition::Absent;
-            b.wait_then_put(
-                "p",
-                "k",
-                b"waiter",
-                Some(60_000),
-                &absent,
-                held.revision,
-                3_600_000,
-            )
-            .await
-        });
+        let waiter = spawn_waiter(&backend, b"waiter", held.revision);
         while backend.waiters("p") != 1 {
             tokio::task::yield_now().await;
         }
-        applied_entry(
-            backend
-                .delete("p", "k", &Condition::Always)
-                .await
-                .unwrap()
-                .outcome,
-        );
+        release_k(&backend).await;
         let e = applied_entry(waiter.await.unwrap().unwrap().outcome);
         assert_eq!(e.value, b"waiter");
         assert_eq!(backend.blocking_connections_opened(), 0);
@@ -1323,10 +1288,7 @@ async fn a_lock_waiter_takes_the_lock_in_the_request_it_waits_in() {
         let lock = held(acquire(&mut holder, no_wait(60_000)).await);
         let mut waiter = runtime.instantiate().await.unwrap();
         let waiting = tokio::spawn(async move {
-            let options = AcquireOptions {
-                ttl_ms: Some(60_000),
-                wait: Some(WaitPolicy::Timeout(60_000)),
-            };
+            let options = wait_a_minute();
             let outcome = acquire(&mut waiter, options).await;
             (outcome, waiter.store_calls())
         });
@@ -1353,16 +1315,12 @@ async fn a_blocking_connection_killed_mid_wait_is_unavailable_never_busy_or_acqu
         let lock = held(acquire(&mut holder, no_wait(60_000)).await);
         let mut waiter = runtime.instantiate().await.unwrap();
         let waiting = tokio::spawn(async move {
-            let options = AcquireOptions {
-                ttl_ms: Some(60_000),
-                wait: Some(WaitPolicy::Timeout(60_000)),
-            };
+            let options = wait_a_minute();
             (acquire(&mut waiter, options).await, waiter)
         });
         until_blocked(&url, 1).await;
         // Kill exactly the connection blocked in XREAD.
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let mut admin = admin_connection(&server.url()).await;
         let clients: String = redis::cmd("CLIENT")
             .arg("LIST")
             .query_async(&mut admin)
@@ -1394,10 +1352,7 @@ async fn a_blocking_connection_killed_mid_wait_is_unavailable_never_busy_or_acqu
             other => panic!("the holder must still hold, got {other:?}"),
         }
         let retry = tokio::spawn(async move {
-            let options = AcquireOptions {
-                ttl_ms: Some(60_000),
-                wait: Some(WaitPolicy::Timeout(60_000)),
-            };
+            let options = wait_a_minute();
             acquire(&mut waiter, options).await
         });
         until_blocked(&url, 1).await;
@@ -1435,8 +1390,7 @@ async fn a_blocking_connection_the_server_closed_while_idle_is_replaced_not_an_e
         assert_eq!(backend.blocking_connections_idle(), 1);
         // The server closes every client connection (as a restart or an idle
         // timeout would), the idle blocking one among them.
-        let client = redis::Client::open(server.url()).unwrap();
-        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let mut admin = admin_connection(&server.url()).await;
         let killed: i64 = redis::cmd("CLIENT")
             .arg("KILL")
             .arg("TYPE")
@@ -1475,8 +1429,7 @@ async fn a_wait_then_put_ends_its_block_at_its_timeout_not_at_a_cron_tick() {
         let url = server.url();
         // Redis times blocked commands out at its cron tick: once a second
         // here. The host must end the block at the timeout itself.
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let mut admin = admin_connection(&server.url()).await;
         let () = redis::cmd("CONFIG")
             .arg("SET")
             .arg("hz")
@@ -1486,16 +1439,7 @@ async fn a_wait_then_put_ends_its_block_at_its_timeout_not_at_a_cron_tick() {
             .unwrap();
         let held = put(&backend, "k", b"holder", Some(60_000)).await;
         let before = server_calls(&url, "client|unblock").await;
-        let reply = backend
-            .wait_then_put(
-                "p",
-                "k",
-                b"waiter",
-                None,
-                &Condition::Absent,
-                held.revision,
-                30,
-            )
+        let reply = wait_then_create(&backend, b"waiter", held.revision, 30)
             .await
             .unwrap();
         assert_eq!(reply.outcome, Outcome::Conflict(Some(held)));
@@ -1512,8 +1456,7 @@ async fn a_wait_then_put_ends_its_block_at_its_timeout_not_at_a_cron_tick() {
 async fn when_redis_refuses_xread_wait_then_put_waits_on_notifications_instead() {
     bounded(async {
         let server = RedisServer::spawn().expect("these tests start their own redis-server");
-        let client = redis::Client::open(server.url()).unwrap();
-        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let mut admin = admin_connection(&server.url()).await;
         let () = redis::cmd("ACL")
             .arg(&[
                 "SETUSER", "noxread", "on", ">pw", "~*", "&*", "+@all", "-xread",
@@ -1528,45 +1471,17 @@ async fn when_redis_refuses_xread_wait_then_put_waits_on_notifications_instead()
                 .unwrap(),
         );
         let held = put(&backend, "k", b"holder", Some(60_000)).await;
-        let b = backend.clone();
-        let waiter = tokio::spawn(async move {
-            let absent = Condition::Absent;
-            b.wait_then_put(
-                "p",
-                "k",
-                b"waiter",
-                Some(60_000),
-                &absent,
-                held.revision,
-                3_600_000,
-            )
-            .await
-        });
+        let waiter = spawn_waiter(&backend, b"waiter", held.revision);
         // The refused XREAD did not end the wait: the waiter waits on the
         // subscriber connection, and the release wakes it.
         while backend.waiters("p") != 1 {
             tokio::task::yield_now().await;
         }
-        applied_entry(
-            backend
-                .delete("p", "k", &Condition::Always)
-                .await
-                .unwrap()
-                .outcome,
-        );
+        release_k(&backend).await;
         let e = applied_entry(waiter.await.unwrap().unwrap().outcome);
         assert_eq!(e.value, b"waiter");
         // Nor is XREAD tried again.
-        let reply = backend
-            .wait_then_put(
-                "p",
-                "k",
-                b"late",
-                None,
-                &Condition::Absent,
-                held.revision,
-                3_600_000,
-            )
+        let reply = wait_then_create(&backend, b"late", held.revision, 3_600_000)
             .await
             .unwrap();
         assert_eq!(reply.outcome, Outcome::Conflict(Some(e)));
