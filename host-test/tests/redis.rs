@@ -1139,6 +1139,16 @@ async fn release_k(backend: &RedisBackend) {
     );
 }
 
+/// Two instances on `backend`: one holding the test's lock (for a minute;
+/// its held lock is returned too), and one about to wait for it.
+async fn held_and_wanted(backend: &Arc<RedisBackend>) -> (Instance, HeldLock, Instance) {
+    let runtime = Runtime::new(backend.clone()).unwrap();
+    let mut holder = runtime.instantiate().await.unwrap();
+    let lock = held(acquire(&mut holder, no_wait(60_000)).await);
+    let waiter = runtime.instantiate().await.unwrap();
+    (holder, lock, waiter)
+}
+
 /// Acquire options that wait up to a minute.
 fn wait_a_minute() -> AcquireOptions {
     AcquireOptions {
@@ -1283,10 +1293,7 @@ async fn a_lock_waiter_takes_the_lock_in_the_request_it_waits_in() {
     bounded(async {
         let (server, backend) = private_server().await;
         let url = server.url();
-        let runtime = Runtime::new(backend.clone()).unwrap();
-        let mut holder = runtime.instantiate().await.unwrap();
-        let lock = held(acquire(&mut holder, no_wait(60_000)).await);
-        let mut waiter = runtime.instantiate().await.unwrap();
+        let (mut holder, lock, mut waiter) = held_and_wanted(&backend).await;
         let waiting = tokio::spawn(async move {
             let options = wait_a_minute();
             let outcome = acquire(&mut waiter, options).await;
@@ -1310,10 +1317,7 @@ async fn a_blocking_connection_killed_mid_wait_is_unavailable_never_busy_or_acqu
     bounded(async {
         let (server, backend) = private_server().await;
         let url = server.url();
-        let runtime = Runtime::new(backend.clone()).unwrap();
-        let mut holder = runtime.instantiate().await.unwrap();
-        let lock = held(acquire(&mut holder, no_wait(60_000)).await);
-        let mut waiter = runtime.instantiate().await.unwrap();
+        let (mut holder, lock, mut waiter) = held_and_wanted(&backend).await;
         let waiting = tokio::spawn(async move {
             let options = wait_a_minute();
             (acquire(&mut waiter, options).await, waiter)
