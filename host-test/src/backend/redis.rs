@@ -140,6 +140,8 @@ pub struct RedisBackend {
     blocking: AtomicUsize,
     /// Blocking connections opened so far (for tests: reuse is observable).
     blocking_opened: AtomicU64,
+    /// Blocks this host ended at their timeout with `CLIENT UNBLOCK`.
+    unblocked: AtomicU64,
     /// Set once Redis refuses `XREAD` (an ACL, a proxy): from then on every
     /// `wait-then-put` is a `wait`, then a `put`.
     blocking_refused: AtomicBool,
@@ -223,6 +225,7 @@ impl RedisBackend {
             idle_blocking: Mutex::new(Vec::new()),
             blocking: AtomicUsize::new(0),
             blocking_opened: AtomicU64::new(0),
+            unblocked: AtomicU64::new(0),
             blocking_refused: AtomicBool::new(false),
             unblock_refused: AtomicBool::new(false),
             test_turn: tokio::sync::Mutex::new(()),
@@ -250,6 +253,11 @@ impl RedisBackend {
     /// How many connections `wait-then-put` has opened to block on.
     pub fn blocking_connections_opened(&self) -> u64 {
         self.blocking_opened.load(Ordering::Relaxed)
+    }
+
+    /// How many blocks this host has ended at their timeout itself.
+    pub fn blocks_ended_at_timeout(&self) -> u64 {
+        self.unblocked.load(Ordering::Relaxed)
     }
 
     /// How many idle blocking connections are kept that are not known to be
@@ -409,7 +417,15 @@ impl RedisBackend {
                     replies = &mut replies => return replies,
                     _ = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {}
                 }
-                self.unblock(conn.id).await;
+                // Nothing blocked yet means the XREAD has not reached Redis
+                // (a timeout of a millisecond, a busy host) or was answered
+                // just now: ask again until it is ended or its reply is here.
+                while let Some(false) = self.unblock(conn.id).await {
+                    tokio::select! {
+                        replies = &mut replies => return replies,
+                        _ = tokio::time::sleep(Duration::from_millis(1)) => {}
+                    }
+                }
             }
             replies.await
         };
@@ -459,9 +475,11 @@ impl RedisBackend {
     }
 
     /// End the block of connection `id` as if it had timed out, so that its
-    /// queued put runs now. If Redis refuses (`CLIENT UNBLOCK` is an admin
-    /// command an ACL may deny), later blocks end at Redis's own timeout.
-    async fn unblock(&self, id: i64) {
+    /// queued put runs now: whether a blocked command was ended, or `None`
+    /// when Redis could not be asked or refused. If it refused (`CLIENT
+    /// UNBLOCK` is an admin command an ACL may deny), later blocks end at
+    /// Redis's own timeout.
+    async fn unblock(&self, id: i64) -> Option<bool> {
         let mut conn = self.conn.clone();
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let unblocked = ::redis::cmd("CLIENT")
@@ -470,10 +488,18 @@ impl RedisBackend {
             .arg("TIMEOUT")
             .query_async::<i64>(&mut conn)
             .await;
-        if let Err(e) = unblocked
-            && e.kind() != ErrorKind::Io
-        {
-            self.unblock_refused.store(true, Ordering::Relaxed);
+        match unblocked {
+            Ok(1) => {
+                self.unblocked.fetch_add(1, Ordering::Relaxed);
+                Some(true)
+            }
+            Ok(_) => Some(false),
+            Err(e) => {
+                if e.kind() != ErrorKind::Io {
+                    self.unblock_refused.store(true, Ordering::Relaxed);
+                }
+                None
+            }
         }
     }
 }
