@@ -251,7 +251,7 @@ pub async fn per_operation(
         row.print(name, effort.reps, redis.is_some());
     }
     if let Some((_, url)) = &redis {
-        bare_lock(url, effort).await?;
+        reference_locks(url, effort).await?;
     }
     println!();
     Ok(())
@@ -307,27 +307,49 @@ fn trips(redis: &Option<Arc<RedisBackend>>) -> u64 {
     redis.as_ref().map_or(0, |r| r.round_trips())
 }
 
-/// The reference the lock target was set against: the bare Redis lock of
-/// seed 000 (`SET key owner NX PX ttl`, then a compare-and-delete script), no
-/// fence, no change feed, no expiry record; with PINGs on its own connection,
-/// interleaved the same way.
-async fn bare_lock(url: &str, effort: Effort) -> wasmtime::Result<()> {
+/// Two reference locks on Redis, each on the same connection of its own,
+/// timed in turns with a PING:
+///
+/// - the lock the target was set against: seed 000's bare Redis lock
+///   (`SET key owner NX PX ttl`, then a compare-and-delete script), with no
+///   fence, no change feed and no expiry record;
+/// - the least a fenced Lua lock needs: the holder, its expiry and a fence
+///   (seeded from the clock, as coord's revisions are) in one hash, read and
+///   written by one script each way (`TIME`, `HMGET`, `HSET`; then `HGET`,
+///   `HDEL`). It is coord's lock without the change feed, the expiry index
+///   and the notification, and it tells what a lock partition without them
+///   could reach at best.
+async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
     let err = |e: ::redis::RedisError| failed(&format!("{e:?}"));
     let client = ::redis::Client::open(url).map_err(err)?;
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
         .map_err(err)?;
-    let release = ::redis::Script::new(
+    let bare_release = ::redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
     );
-    let key = format!("coordbench-bare-{}", std::process::id());
+    let fenced_acquire = ::redis::Script::new(FENCED_ACQUIRE);
+    let fenced_release = ::redis::Script::new(FENCED_RELEASE);
+    let bare_key = format!("coordbench-bare-{}", std::process::id());
+    let fenced_key = format!("coordbench-fenced-{}", std::process::id());
     let owner = "0123456789abcdef0123456789abcdef";
-    let (mut pair, mut pings) = (Stats::default(), Stats::default());
+    let (mut bare, mut fenced, mut pings) = (Stats::default(), Stats::default(), Stats::default());
+    // The hash keeps its fence between holders, and this TTL (set once, not
+    // by the scripts) lets Redis drop it should the run stop half-way.
+    let _: () = ::redis::pipe()
+        .hset(&fenced_key, "fence", 0)
+        .ignore()
+        .pexpire(&fenced_key, 600_000)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .map_err(err)?;
+    let mut last_fence = 0;
     for _ in 0..effort.reps {
         let start = Instant::now();
         let set: Option<String> = ::redis::cmd("SET")
-            .arg(&key)
+            .arg(&bare_key)
             .arg(owner)
             .arg("NX")
             .arg("PX")
@@ -335,16 +357,39 @@ async fn bare_lock(url: &str, effort: Effort) -> wasmtime::Result<()> {
             .query_async(&mut conn)
             .await
             .map_err(err)?;
-        let deleted: i64 = release
-            .key(&key)
+        let deleted: i64 = bare_release
+            .key(&bare_key)
             .arg(owner)
             .invoke_async(&mut conn)
             .await
             .map_err(err)?;
-        pair.push(start.elapsed());
+        bare.push(start.elapsed());
         if set.is_none() || deleted != 1 {
             return Err(failed("the bare lock was not taken and released"));
         }
+
+        let start = Instant::now();
+        let fence: i64 = fenced_acquire
+            .key(&fenced_key)
+            .arg(owner)
+            .arg(30_000)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(err)?;
+        let released: i64 = fenced_release
+            .key(&fenced_key)
+            .arg(owner)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(err)?;
+        fenced.push(start.elapsed());
+        if fence <= last_fence || released != 1 {
+            return Err(failed(
+                "the fenced lock was not taken with a new fence and released",
+            ));
+        }
+        last_fence = fence;
+
         let start = Instant::now();
         let _: String = ::redis::cmd("PING")
             .query_async(&mut conn)
@@ -352,22 +397,54 @@ async fn bare_lock(url: &str, effort: Effort) -> wasmtime::Result<()> {
             .map_err(err)?;
         pings.push(start.elapsed());
     }
-    let (c, p) = (pair.median(), pings.median());
-    // Its round trips are not counted: by construction a SET and an EVALSHA.
-    println!(
-        "  {:<16} {:>10} {:>8} {:>8} {:>7} {:>8} {:>7.2}× {:>7} {:>7}",
-        "bare SET NX lock",
-        "—",
-        fmt_us(c),
-        "—",
-        fmt_us(p),
-        "—",
-        c.as_secs_f64() / p.as_secs_f64(),
-        "—",
-        "—"
-    );
+    let _: i64 = ::redis::cmd("DEL")
+        .arg(&fenced_key)
+        .query_async(&mut conn)
+        .await
+        .map_err(err)?;
+    let p = pings.median();
+    // Their round trips are not counted: by construction two per pair.
+    for (name, pair) in [("bare SET NX lock", &bare), ("fenced Lua lock", &fenced)] {
+        let c = pair.median();
+        println!(
+            "  {:<16} {:>10} {:>8} {:>8} {:>7} {:>8} {:>7.2}× {:>7} {:>7}",
+            name,
+            "—",
+            fmt_us(c),
+            "—",
+            fmt_us(p),
+            "—",
+            c.as_secs_f64() / p.as_secs_f64(),
+            "—",
+            "—"
+        );
+    }
     Ok(())
 }
+
+/// The fenced reference lock's acquire: KEYS[1] the lock's hash, ARGV[1] the
+/// owner, ARGV[2] the TTL in ms. Answers the new fence, or 0 while another
+/// owner's TTL runs.
+const FENCED_ACQUIRE: &str = "
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local h = redis.call('HMGET', KEYS[1], 'owner', 'expires', 'fence')
+if h[1] and tonumber(h[2]) > now then return 0 end
+local fence = math.max((tonumber(h[3]) or 0) + 1, now * 1000)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1],
+  'expires', string.format('%d', now + tonumber(ARGV[2])), 'fence', string.format('%d', fence))
+return fence
+";
+
+/// The fenced reference lock's release: KEYS[1] the lock's hash, ARGV[1] the
+/// owner. Answers 1 when that owner held it, else 0; the fence stays.
+const FENCED_RELEASE: &str = "
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'owner', 'expires')
+  return 1
+end
+return 0
+";
 
 /// Acquire alone, interleaved like the other rows: each lock is released
 /// outside the timed part, so the row is the cost of one acquire.
