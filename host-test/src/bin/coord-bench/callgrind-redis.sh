@@ -24,6 +24,8 @@ port=${CALLGRIND_PORT:-6391}
 here=$(cd "$(dirname "$0")" && pwd)
 store_lua="$here/../../backend/redis.lua"
 meter_lua="$here/../../backend/meter.lua"
+fenced_acquire_lua="$here/fenced-acquire.lua"
+fenced_release_lua="$here/fenced-release.lua"
 mkdir -p "$out"
 
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
@@ -74,6 +76,9 @@ workload() {
       bare-lock-pair)
         line SET "cg:$p" 0123456789abcdef0123456789abcdef NX PX 30000
         line EVALSHA "$release_sha" 1 "cg:$p" 0123456789abcdef0123456789abcdef ;;
+      fenced-lock-pair)
+        line EVALSHA "$fenced_acquire_sha" 1 "cg:$p" 0123456789abcdef0123456789abcdef 30000
+        line EVALSHA "$fenced_release_sha" 1 "cg:$p" 0123456789abcdef0123456789abcdef ;;
       ping)
         line PING ;;
     esac
@@ -81,7 +86,7 @@ workload() {
 }
 
 baseline=0
-for w in baseline lock-pair upsert extend snapshot check bare-lock-pair ping; do
+for w in baseline lock-pair upsert extend snapshot check bare-lock-pair fenced-lock-pair ping; do
   valgrind --tool=callgrind --toggle-collect=processCommand \
     --callgrind-out-file="$out/callgrind.$w.out" \
     "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
@@ -91,12 +96,14 @@ for w in baseline lock-pair upsert extend snapshot check bare-lock-pair ping; do
   meter_sha=$(redis-cli -p "$port" script load "$(cat "$meter_lua")")
   release_sha=$(redis-cli -p "$port" script load \
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+  fenced_acquire_sha=$(redis-cli -p "$port" script load "$(cat "$fenced_acquire_lua")")
+  fenced_release_sha=$(redis-cli -p "$port" script load "$(cat "$fenced_release_lua")")
   workload "$w" | redis-cli -p "$port" >/dev/null
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
   wait "$vg" || true
   total=$(sed -n 's/^summary: //p' "$out/callgrind.$w.out")
   if [ "$w" = baseline ]; then
-    baseline=$total # the three SCRIPT LOADs, which every run makes
+    baseline=$total # the SCRIPT LOADs, which every run makes
     continue
   fi
   printf '%-16s %10d instructions per operation (%d operations)\n' "$w" $(((total - baseline) / n)) "$n"

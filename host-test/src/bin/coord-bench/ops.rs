@@ -422,29 +422,11 @@ async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
     Ok(())
 }
 
-/// The fenced reference lock's acquire: KEYS[1] the lock's hash, ARGV[1] the
-/// owner, ARGV[2] the TTL in ms. Answers the new fence, or 0 while another
-/// owner's TTL runs.
-const FENCED_ACQUIRE: &str = "
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local h = redis.call('HMGET', KEYS[1], 'owner', 'expires', 'fence')
-if h[1] and tonumber(h[2]) > now then return 0 end
-local fence = math.max((tonumber(h[3]) or 0) + 1, now * 1000)
-redis.call('HSET', KEYS[1], 'owner', ARGV[1],
-  'expires', string.format('%d', now + tonumber(ARGV[2])), 'fence', string.format('%d', fence))
-return fence
-";
+/// The fenced reference lock's acquire (its header says what it takes).
+const FENCED_ACQUIRE: &str = include_str!("fenced-acquire.lua");
 
-/// The fenced reference lock's release: KEYS[1] the lock's hash, ARGV[1] the
-/// owner. Answers 1 when that owner held it, else 0; the fence stays.
-const FENCED_RELEASE: &str = "
-if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
-  redis.call('HDEL', KEYS[1], 'owner', 'expires')
-  return 1
-end
-return 0
-";
+/// The fenced reference lock's release.
+const FENCED_RELEASE: &str = include_str!("fenced-release.lua");
 
 /// Acquire alone, interleaved like the other rows: each lock is released
 /// outside the timed part, so the row is the cost of one acquire.
