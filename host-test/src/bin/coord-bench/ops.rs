@@ -720,7 +720,9 @@ pub async fn concurrency(
 
 /// The first call after the process sat idle for 20-170 ms, against the
 /// call right after it: what a sporadic request pays for cold caches, the
-/// component against native. Explains most of the handoff (see BENCHMARKS.md).
+/// component against native, and beside them a component call that only
+/// rejects its input (the cold cost of entering the component at all).
+/// Explains most of the handoff (see BENCHMARKS.md).
 pub async fn after_idle(
     label: &str,
     backend: Arc<dyn Backend>,
@@ -742,6 +744,7 @@ pub async fn after_idle(
     let mut component = [Stats::default(), Stats::default()];
     let mut native = [Stats::default(), Stats::default()];
     let mut ping = [Stats::default(), Stats::default()];
+    let mut rejected = [Stats::default(), Stats::default()];
     for n in 0..effort.idle_calls {
         idle_pause(n).await;
         for stats in &mut component {
@@ -753,6 +756,17 @@ pub async fn after_idle(
             };
             stats.push(start.elapsed());
             lock = next;
+        }
+        idle_pause(n).await;
+        // The least a component call does: enter, reject an empty id, and
+        // return the error, with no store call.
+        for stats in &mut rejected {
+            let start = Instant::now();
+            let reply = i.inspect("", "after-idle").await?;
+            stats.push(start.elapsed());
+            if reply.is_ok() {
+                return Err(failed("an empty lock id was accepted"));
+            }
         }
         idle_pause(n).await;
         for stats in &mut native {
@@ -786,6 +800,7 @@ pub async fn after_idle(
         );
     };
     row("extend, component", &component);
+    row("rejected input, component", &rejected);
     row("the same touch, native", &native);
     if redis.is_some() {
         row("PING", &ping);
