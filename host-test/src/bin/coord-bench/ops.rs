@@ -307,8 +307,8 @@ fn trips(redis: &Option<Arc<RedisBackend>>) -> u64 {
     redis.as_ref().map_or(0, |r| r.round_trips())
 }
 
-/// Two reference locks on Redis, each on the same connection of its own,
-/// timed in turns with a PING:
+/// Two reference locks on Redis, on a connection of their own, each pair
+/// timed in turns with the other and with a PING:
 ///
 /// - the lock the target was set against: seed 000's bare Redis lock
 ///   (`SET key owner NX PX ttl`, then a compare-and-delete script), with no
