@@ -5,7 +5,9 @@
 //!
 //! `coord-bench --profile-acquire N` runs only N in-memory acquire+release
 //! pairs through the component, for a profiler (see BENCHMARKS.md); with
-//! `--perf-map`, on the real engine configuration with a perf map of the JIT code.
+//! `--perf-map`, on the real engine configuration with a perf map of the JIT
+//! code; with `--native`, the same pairs straight on the backend.
+//! `callgrind-acquire.sh` counts the instructions of both.
 //!
 //! "Native" is the same store operation called on the same backend straight
 //! from Rust, with no component in between: on Redis, the same scripts sent
@@ -72,7 +74,8 @@ async fn main() -> wasmtime::Result<()> {
         // through the component, so the profile shows nothing else.
         let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
         let perf_map = args.iter().any(|a| a == "--perf-map");
-        return ops::profile_acquire(Arc::new(MemoryBackend::default()), n, perf_map).await;
+        let native = args.iter().any(|a| a == "--native");
+        return ops::profile_acquire(Arc::new(MemoryBackend::default()), n, perf_map, native).await;
     }
     if let Some(i) = args.iter().position(|a| a == "--profile-redis-check") {
         // For `perf`: only 64 component instances checking rate limits on

@@ -987,7 +987,9 @@ async fn one_handoff(
     Ok(acquired.saturating_duration_since(released))
 }
 
-/// `n` acquire+release pairs through the component on `backend`, nothing else.
+/// `n` acquire+release pairs through the component on `backend`, nothing else;
+/// with `native`, the same pairs straight on the backend instead, so that
+/// callgrind can count both sides (`callgrind-acquire.sh`).
 ///
 /// For `perf` (`perf_map`), the real engine configuration with a perf map of
 /// the JIT-compiled code, so `perf report` names the guest's functions.
@@ -995,7 +997,20 @@ pub async fn profile_acquire(
     backend: Arc<dyn Backend>,
     n: usize,
     perf_map: bool,
+    native: bool,
 ) -> wasmtime::Result<()> {
+    if native {
+        for k in 0..n {
+            native_op(
+                Op::AcquireRelease,
+                backend.as_ref(),
+                &format!("k{}", k % 100),
+            )
+            .await?;
+        }
+        println!("{n} acquire+release pairs, native");
+        return Ok(());
+    }
     let config = if perf_map {
         let mut config = coord_host::engine_config();
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
