@@ -26,6 +26,8 @@ store_lua="$here/../../backend/redis.lua"
 meter_lua="$here/../../backend/meter.lua"
 fenced_acquire_lua="$here/fenced-acquire.lua"
 fenced_release_lua="$here/fenced-release.lua"
+commands_acquire_lua="$here/commands-acquire.lua"
+commands_release_lua="$here/commands-release.lua"
 mkdir -p "$out"
 
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
@@ -44,6 +46,12 @@ store() {
   shift 2
   line EVALSHA "$store_sha" 3 "$p:e" "$p:x" "$p:f" "$op" '' 64 600000 "$p:w" "$@"
 }
+
+# Values of the sizes of coord's lock entry (56 bytes), meta (49) and feed
+# message (67), for the commands-only lock.
+entry=$(printf 'e%.0s' {1..56})
+meta=$(printf 'm%.0s' {1..49})
+msg=$(printf 'f%.0s' {1..67})
 
 workload() {
   local i p
@@ -79,6 +87,11 @@ workload() {
       fenced-lock-pair)
         line EVALSHA "$fenced_acquire_sha" 1 "cg:$p" 0123456789abcdef0123456789abcdef 30000
         line EVALSHA "$fenced_release_sha" 1 "cg:$p" 0123456789abcdef0123456789abcdef ;;
+      commands-lock-pair)
+        # coord's lock commands with none of its script's logic.
+        local k="cg:{p:$p}"
+        line EVALSHA "$commands_acquire_sha" 3 "$k:e" "$k:x" "$k:f" "$entry" "$meta" "$msg" "$k:w"
+        line EVALSHA "$commands_release_sha" 3 "$k:e" "$k:x" "$k:f" "$entry" "$meta" "$msg" "$k:w" ;;
       ping)
         line PING ;;
     esac
@@ -86,7 +99,7 @@ workload() {
 }
 
 baseline=0
-for w in baseline lock-pair upsert extend snapshot check bare-lock-pair fenced-lock-pair ping; do
+for w in baseline lock-pair upsert extend snapshot check bare-lock-pair fenced-lock-pair commands-lock-pair ping; do
   valgrind --tool=callgrind --toggle-collect=processCommand \
     --callgrind-out-file="$out/callgrind.$w.out" \
     "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
@@ -98,6 +111,8 @@ for w in baseline lock-pair upsert extend snapshot check bare-lock-pair fenced-l
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
   fenced_acquire_sha=$(redis-cli -p "$port" script load "$(cat "$fenced_acquire_lua")")
   fenced_release_sha=$(redis-cli -p "$port" script load "$(cat "$fenced_release_lua")")
+  commands_acquire_sha=$(redis-cli -p "$port" script load "$(cat "$commands_acquire_lua")")
+  commands_release_sha=$(redis-cli -p "$port" script load "$(cat "$commands_release_lua")")
   workload "$w" | redis-cli -p "$port" >/dev/null
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
   wait "$vg" || true
@@ -106,6 +121,6 @@ for w in baseline lock-pair upsert extend snapshot check bare-lock-pair fenced-l
     baseline=$total # the SCRIPT LOADs, which every run makes
     continue
   fi
-  printf '%-16s %10d instructions per operation (%d operations)\n' "$w" $(((total - baseline) / n)) "$n"
+  printf '%-18s %10d instructions per operation (%d operations)\n' "$w" $(((total - baseline) / n)) "$n"
 done
 echo "callgrind files: $out"

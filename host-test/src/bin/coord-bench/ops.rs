@@ -307,7 +307,7 @@ fn trips(redis: &Option<Arc<RedisBackend>>) -> u64 {
     redis.as_ref().map_or(0, |r| r.round_trips())
 }
 
-/// Two reference locks on Redis, on a connection of their own, each pair
+/// Three reference locks on Redis, on a connection of their own, each pair
 /// timed in turns with the other and with a PING:
 ///
 /// - the lock the target was set against: seed 000's bare Redis lock
@@ -318,7 +318,12 @@ fn trips(redis: &Option<Arc<RedisBackend>>) -> u64 {
 ///   written by one script each way (`TIME`, `HMGET`, `HSET`; then `HGET`,
 ///   `HDEL`). It is coord's lock without the change feed, the expiry index
 ///   and the notification, and it tells what a lock partition without them
-///   could reach at best.
+///   could reach at best;
+/// - coord's own commands with none of its logic: the Redis commands the
+///   store script issues for a lock's acquire and release, in order and with
+///   values of the same sizes, on coord's three keys. The gap between it and
+///   coord's lock is the store script's own work; what it costs is the
+///   layout's.
 async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
     let err = |e: ::redis::RedisError| failed(&format!("{e:?}"));
     let client = ::redis::Client::open(url).map_err(err)?;
@@ -333,14 +338,45 @@ async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
     let fenced_release = ::redis::Script::new(FENCED_RELEASE);
     let bare_key = format!("coordbench-bare-{}", std::process::id());
     let fenced_key = format!("coordbench-fenced-{}", std::process::id());
+    let commands_acquire = ::redis::Script::new(COMMANDS_ACQUIRE);
+    let commands_release = ::redis::Script::new(COMMANDS_RELEASE);
+    let commands_keys = ["e", "x", "f"]
+        .map(|part| format!("coordbench-commands-{{{}}}:{part}", std::process::id()));
+    let commands_channel = format!("coordbench-commands-{{{}}}:w", std::process::id());
+    // The sizes of coord's lock entry (a 24-byte header and the 32-byte
+    // owner), its meta and its feed message.
+    let (entry, meta, message) = ("e".repeat(56), "m".repeat(49), "f".repeat(67));
     let owner = "0123456789abcdef0123456789abcdef";
-    let (mut bare, mut fenced, mut pings) = (Stats::default(), Stats::default(), Stats::default());
+    let (mut bare, mut fenced, mut commands, mut pings) = (
+        Stats::default(),
+        Stats::default(),
+        Stats::default(),
+        Stats::default(),
+    );
     // The hash keeps its fence between holders, and this TTL (set once, not
     // by the scripts) lets Redis drop it should the run stop half-way.
     let _: () = ::redis::pipe()
         .hset(&fenced_key, "fence", 0)
         .ignore()
         .pexpire(&fenced_key, 600_000)
+        .ignore()
+        // coord's three keys as a live partition has them: the meta, the
+        // index's sentinel, a feed.
+        .hset(&commands_keys[0], "#", &meta)
+        .ignore()
+        .zadd(&commands_keys[1], "#", "+inf")
+        .ignore()
+        .cmd("XADD")
+        .arg(&commands_keys[2])
+        .arg("*")
+        .arg("m")
+        .arg(&message)
+        .ignore()
+        .pexpire(&commands_keys[0], 600_000)
+        .ignore()
+        .pexpire(&commands_keys[1], 600_000)
+        .ignore()
+        .pexpire(&commands_keys[2], 600_000)
         .ignore()
         .query_async(&mut conn)
         .await
@@ -391,6 +427,32 @@ async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
         last_fence = fence;
 
         let start = Instant::now();
+        let written: i64 = commands_acquire
+            .key(&commands_keys)
+            .arg(&entry)
+            .arg(&meta)
+            .arg(&message)
+            .arg(&commands_channel)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(err)?;
+        let deleted: i64 = commands_release
+            .key(&commands_keys)
+            .arg(&entry)
+            .arg(&meta)
+            .arg(&message)
+            .arg(&commands_channel)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(err)?;
+        commands.push(start.elapsed());
+        if written != 1 || deleted != 1 {
+            return Err(failed(
+                "coord's commands did not write and delete the holder",
+            ));
+        }
+
+        let start = Instant::now();
         let _: String = ::redis::cmd("PING")
             .query_async(&mut conn)
             .await
@@ -399,12 +461,17 @@ async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
     }
     let _: i64 = ::redis::cmd("DEL")
         .arg(&fenced_key)
+        .arg(&commands_keys)
         .query_async(&mut conn)
         .await
         .map_err(err)?;
     let p = pings.median();
     // Their round trips are not counted: by construction two per pair.
-    for (name, pair) in [("bare SET NX lock", &bare), ("fenced Lua lock", &fenced)] {
+    for (name, pair) in [
+        ("bare SET NX lock", &bare),
+        ("fenced Lua lock", &fenced),
+        ("coord's commands", &commands),
+    ] {
         let c = pair.median();
         println!(
             "  {:<16} {:>10} {:>8} {:>8} {:>7} {:>8} {:>7.2}× {:>7} {:>7}",
@@ -427,6 +494,12 @@ const FENCED_ACQUIRE: &str = include_str!("fenced-acquire.lua");
 
 /// The fenced reference lock's release.
 const FENCED_RELEASE: &str = include_str!("fenced-release.lua");
+
+/// coord's lock commands without its logic, acquire (its header says more).
+const COMMANDS_ACQUIRE: &str = include_str!("commands-acquire.lua");
+
+/// coord's lock commands without its logic, release.
+const COMMANDS_RELEASE: &str = include_str!("commands-release.lua");
 
 /// Acquire alone, interleaved like the other rows: each lock is released
 /// outside the timed part, so the row is the cost of one acquire.
