@@ -412,22 +412,18 @@ async fn a_lost_notification_delays_a_waiter_only_until_its_recheck() {
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let [e_key, x, f, _channel] = backend.keys("p");
         let reply: redis::Value = redis::cmd("EVAL")
-            .arg(include_str!("../src/backend/redis.lua"))
+            .arg(backend.script_text())
             .arg(3)
             .arg(e_key)
             .arg(x)
             .arg(f)
             .arg("put")
             .arg("")
-            .arg(64)
-            .arg(60_000)
             .arg("nobody-listens")
             .arg("k")
             .arg("lost")
             .arg(60_000)
             .arg("always")
-            .arg(0)
-            .arg("")
             .query_async(&mut conn)
             .await
             .unwrap();

@@ -1,8 +1,9 @@
 //! The Redis backend: the store contract on Redis (or Valkey), one round trip
 //! per call, ready for Redis Cluster.
 //!
-//! Every operation is one `EVALSHA` of `redis.lua` (loaded once, reloaded on
-//! `NOSCRIPT`), except `now`, which is one `TIME`, and `wait-then-put`, which
+//! Every operation is one `EVALSHA` of `redis.lua` (loaded once behind a line
+//! that sets this backend's history and retention, reloaded on `NOSCRIPT`),
+//! except `now`, which is one `TIME`, and `wait-then-put`, which
 //! is one `XREAD BLOCK` with the put's `EVALSHA` sent right behind it. The
 //! script keeps each partition in three keys that share one hash tag — `<prefix>:{p:<partition>}:e`
 //! (entries and the partition's meta), `:x` (expiry index), `:f` (change
@@ -51,7 +52,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::*;
 use crate::clock::{Clock, ManualClock};
 
-/// The Lua script that implements every partition operation but `meter`.
+/// The Lua script that implements every partition operation but `meter`,
+/// without the line of configuration it is loaded behind
+/// ([`store_script`]).
 const SCRIPT: &str = include_str!("redis.lua");
 /// The Lua script of `meter` (the rate limiter's one round trip).
 const METER_SCRIPT: &str = include_str!("meter.lua");
@@ -125,6 +128,8 @@ type Waiters = Arc<Mutex<HashMap<String, Waiting>>>;
 /// The store on a Redis server.
 pub struct RedisBackend {
     conn: ConnectionManager,
+    /// The store script as this backend loads it, and its SHA-1.
+    script: String,
     sha: String,
     meter_sha: String,
     config: RedisConfig,
@@ -210,14 +215,17 @@ impl RedisBackend {
         let (sub_tx, sub_rx) = mpsc::unbounded_channel();
         tokio::spawn(manage_subscriptions(sub_rx, push, waiters.clone()));
 
+        let config = RedisConfig {
+            history: config.history.max(1),
+            ..config
+        };
+        let script = store_script(&config);
         let backend = RedisBackend {
             conn,
-            sha: sha1_hex(SCRIPT),
+            sha: sha1_hex(&script),
+            script,
             meter_sha: sha1_hex(METER_SCRIPT),
-            config: RedisConfig {
-                history: config.history.max(1),
-                ..config
-            },
+            config,
             round_trips: AtomicU64::new(0),
             waiters,
             subscriptions: sub_tx,
@@ -291,6 +299,12 @@ impl RedisBackend {
         format!("{}:{{p:{escaped}}}:{part}", self.config.prefix)
     }
 
+    /// The store script as this backend loads it (its configuration line
+    /// first), for tests that call it by hand.
+    pub fn script_text(&self) -> &str {
+        &self.script
+    }
+
     /// Every key (and the channel) a partition uses, for tests of the layout.
     pub fn keys(&self, partition: &str) -> [String; 4] {
         ["e", "x", "f", "w"].map(|part| self.key(partition, part))
@@ -306,16 +320,14 @@ impl RedisBackend {
             Some(clock) => cmd.arg(clock.now_ms()),
             None => cmd.arg(""),
         };
-        cmd.arg(self.config.history)
-            .arg(self.config.retention_ms)
-            .arg(w);
+        cmd.arg(w);
         cmd
     }
 
     /// Send one request; after `NOSCRIPT` (a restarted or flushed server),
     /// load the script and send it again.
     async fn run(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
-        self.run_script(cmd, SCRIPT).await
+        self.run_script(cmd, &self.script).await
     }
 
     /// [`RedisBackend::run`] for a call of `script`.
@@ -356,7 +368,7 @@ impl RedisBackend {
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
         let sent = write_args(&mut cmd, key, value, ttl_ms, condition);
-        write_reply(self.run_script_value(&cmd, SCRIPT).await?, key, sent)
+        write_reply(self.run_script_value(&cmd, &self.script).await?, key, sent)
     }
 
     /// `wait-then-put` on a connection of its own: `XREAD BLOCK` on the
@@ -449,7 +461,7 @@ impl RedisBackend {
             // A restarted or flushed server forgot the script: the wait is
             // over, so load it and put again, once.
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                match self.run_script_value(&put, SCRIPT).await {
+                match self.run_script_value(&put, &self.script).await {
                     Ok(reply) => write_reply(reply, key, sent),
                     Err(e) => Err(e),
                 }
@@ -589,9 +601,12 @@ impl Drop for BlockingSlot<'_> {
     }
 }
 
-/// Append a write's own arguments to `cmd`; the value an applied write
-/// leaves, when this call sent it (the script then leaves it out of its
-/// reply): a put's own, or a guard's.
+/// Append a write's own arguments to `cmd`, only those its operation reads
+/// (the script's header lists them; each one costs Redis a string and an
+/// ARGV slot): a put's key, value and TTL (`Some(value)`), a touch's key and
+/// TTL, a delete's key; then the condition. Returns the value an applied
+/// write leaves, when this call sent it (the script then leaves it out of
+/// its reply): a put's own, or a guard's.
 fn write_args<'a>(
     cmd: &mut Cmd,
     key: &str,
@@ -599,18 +614,20 @@ fn write_args<'a>(
     ttl_ms: Option<i64>,
     condition: &'a Condition,
 ) -> Option<&'a [u8]> {
-    let (ctype, crev, cval): (&str, u64, &[u8]) = match condition {
-        Condition::Always => ("always", 0, b""),
-        Condition::Absent => ("absent", 0, b""),
-        Condition::Revision(rev) => ("revision", *rev, b""),
-        Condition::RevisionAndValue(g) => ("revision-and-value", g.revision, &g.value),
+    cmd.arg(key);
+    match (value, ttl_ms) {
+        (Some(value), ttl_ms) => cmd.arg(value).arg(ttl_ms.unwrap_or(-1)),
+        (None, Some(ttl_ms)) => cmd.arg(ttl_ms),
+        (None, None) => cmd,
     };
-    cmd.arg(key)
-        .arg(value.unwrap_or_default())
-        .arg(ttl_ms.unwrap_or(-1))
-        .arg(ctype)
-        .arg(crev)
-        .arg(cval);
+    match condition {
+        Condition::Always => cmd.arg("always"),
+        Condition::Absent => cmd.arg("absent"),
+        Condition::Revision(rev) => cmd.arg("revision").arg(rev),
+        Condition::RevisionAndValue(g) => {
+            cmd.arg("revision-and-value").arg(g.revision).arg(&g.value)
+        }
+    };
     match (value, condition) {
         (Some(value), _) => Some(value),
         (None, Condition::RevisionAndValue(g)) => Some(g.value.as_slice()),
@@ -1088,7 +1105,7 @@ impl Backend for RedisBackend {
         let _turn = self.turn().await;
         let mut cmd = self.script(partition, "list");
         cmd.arg(prefix);
-        match self.run_script_value(&cmd, SCRIPT).await? {
+        match self.run_script_value(&cmd, &self.script).await? {
             Value::BulkString(packed) => listing(&packed),
             other => Err(malformed(&format!(
                 "expected a packed listing, got {other:?}"
@@ -1155,7 +1172,7 @@ impl Backend for RedisBackend {
         let _turn = self.turn().await;
         let mut cmd = self.script(partition, "changes");
         cmd.arg(after).arg(max);
-        match self.run_script_value(&cmd, SCRIPT).await? {
+        match self.run_script_value(&cmd, &self.script).await? {
             Value::BulkString(packed) => page(&packed),
             Value::Array(reply) => {
                 // The history no longer reaches `after`.
@@ -1269,6 +1286,17 @@ impl Backend for RedisBackend {
         self.wait(partition, after, timeout_ms).await?;
         self.put(partition, key, value, ttl_ms, condition).await
     }
+}
+
+/// The store script as a backend with `config` loads it: one line that
+/// gives the script `HISTORY` (as the text `XADD` takes) and `RETENTION`,
+/// then [`SCRIPT`]. Constants in the script's text cost Redis nothing per
+/// call; as arguments they cost a string each, and a `tonumber`.
+fn store_script(config: &RedisConfig) -> String {
+    format!(
+        "local HISTORY, RETENTION = '{}', {}\n{SCRIPT}",
+        config.history, config.retention_ms
+    )
 }
 
 /// SHA-1 of the script, as `EVALSHA` names it.

@@ -40,11 +40,11 @@ line() {
 }
 
 # The store script's fixed arguments, as the backend sends them: keys, then
-# op, clock ('' = Redis's TIME), history, retention, channel.
+# op, clock ('' = Redis's TIME), channel.
 store() {
   local p="cg:{p:$1}" op=$2
   shift 2
-  line EVALSHA "$store_sha" 3 "$p:e" "$p:x" "$p:f" "$op" '' 64 600000 "$p:w" "$@"
+  line EVALSHA "$store_sha" 3 "$p:e" "$p:x" "$p:f" "$op" '' "$p:w" "$@"
 }
 
 # Values of the sizes of coord's lock entry (56 bytes), meta (49) and feed
@@ -60,22 +60,22 @@ workload() {
     p="lock/bench/k$((i % 100))"
     case $1 in
       lock-pair)
-        store "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent 0 ''
-        store "$p" delete holder '' -1 always 0 '' ;;
+        store "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent
+        store "$p" delete holder always ;;
       upsert)
-        store "eph/bench" put "k$((i % 100))" user=ada 60000 always 0 '' ;;
+        store "eph/bench" put "k$((i % 100))" user=ada 60000 always ;;
       extend)
         # A touch of a held lock (held since the first 100 operations), as an
         # extend makes, but unguarded: the guard's revision is not known here.
         if ((i < 100)); then
-          store "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent 0 ''
+          store "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent
         else
-          store "$p" touch holder '' 30000 always 0 ''
+          store "$p" touch holder 30000 always
         fi ;;
       snapshot)
         # A listing of a 100-entry partition (filled by the first 100 operations).
         if ((i < 100)); then
-          store "eph/snap" put "k$i" user=ada 600000 always 0 ''
+          store "eph/snap" put "k$i" user=ada 600000 always
         else
           store "eph/snap" list ''
         fi ;;
@@ -105,7 +105,9 @@ for w in baseline lock-pair upsert extend snapshot check bare-lock-pair fenced-l
     "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
   vg=$!
   until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.2; done
-  store_sha=$(redis-cli -p "$port" script load "$(cat "$store_lua")")
+  # Loaded as the backend loads it, behind its configuration line.
+  store_sha=$(redis-cli -p "$port" script load "local HISTORY, RETENTION = '64', 600000
+$(cat "$store_lua")")
   meter_sha=$(redis-cli -p "$port" script load "$(cat "$meter_lua")")
   release_sha=$(redis-cli -p "$port" script load \
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
