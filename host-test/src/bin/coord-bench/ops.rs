@@ -381,6 +381,15 @@ async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
         .query_async(&mut conn)
         .await
         .map_err(err)?;
+    // Both take the same keys and arguments on every pair.
+    let [mut commands_acquire_call, mut commands_release_call] =
+        [&commands_acquire, &commands_release].map(|script| script.key(&commands_keys));
+    for call in [&mut commands_acquire_call, &mut commands_release_call] {
+        call.arg(&entry)
+            .arg(&meta)
+            .arg(&message)
+            .arg(&commands_channel);
+    }
     let mut last_fence = 0;
     for _ in 0..effort.reps {
         let start = Instant::now();
@@ -427,21 +436,11 @@ async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
         last_fence = fence;
 
         let start = Instant::now();
-        let written: i64 = commands_acquire
-            .key(&commands_keys)
-            .arg(&entry)
-            .arg(&meta)
-            .arg(&message)
-            .arg(&commands_channel)
+        let written: i64 = commands_acquire_call
             .invoke_async(&mut conn)
             .await
             .map_err(err)?;
-        let deleted: i64 = commands_release
-            .key(&commands_keys)
-            .arg(&entry)
-            .arg(&meta)
-            .arg(&message)
-            .arg(&commands_channel)
+        let deleted: i64 = commands_release_call
             .invoke_async(&mut conn)
             .await
             .map_err(err)?;
