@@ -308,7 +308,7 @@ fn trips(redis: &Option<Arc<RedisBackend>>) -> u64 {
 }
 
 /// Three reference locks on Redis, on a connection of their own, each pair
-/// timed in turns with the other and with a PING:
+/// timed in turns with the others and with a PING:
 ///
 /// - the lock the target was set against: seed 000's bare Redis lock
 ///   (`SET key owner NX PX ttl`, then a compare-and-delete script), with no
