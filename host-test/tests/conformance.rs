@@ -544,12 +544,17 @@ async fn wait_then_put_after_a_change_already_made_puts_at_once(h: Harness) {
 
 async fn meter_answers_as_the_reference_algorithms_on_a_generated_trace(h: Harness) {
     use coord_component::meter::{Write, decide};
-    for algorithm in [
+    // A limit that divides the window and one that does not: GCRA keeps the
+    // remainder of window / limit, which only the second exercises.
+    for (algorithm, limit, window_ms) in [
         MeterAlgorithm::SlidingWindow,
         MeterAlgorithm::FixedWindow,
         MeterAlgorithm::Gcra,
-    ] {
-        let partition = format!("meter-{algorithm:?}");
+    ]
+    .into_iter()
+    .flat_map(|a| [(a, 5, 1000), (a, 3, 700)])
+    {
+        let partition = format!("meter-{algorithm:?}-{limit}");
         let (mut reference, mut now, mut seed) = (None, h.backend.now().await.unwrap(), 42u64);
         for step in 0..300 {
             seed = seed
@@ -565,8 +570,8 @@ async fn meter_answers_as_the_reference_algorithms_on_a_generated_trace(h: Harne
             };
             let request = MeterRequest {
                 algorithm,
-                limit: 5,
-                window_ms: 1000,
+                limit,
+                window_ms,
                 cost: 1 + ((seed >> 40) % 3) as u32,
                 mode,
             };

@@ -6,7 +6,9 @@
 --         expires-at), packed rather than text for the reason redis.lua gives;
 --         the text "<a>:<b>:<c>:<expires-at>" of earlier versions is still read.
 -- ARGV[1] '' (use Redis's TIME) or a test clock's now; ARGV[2] algorithm;
--- ARGV[3] limit; ARGV[4] window-ms; ARGV[5] cost; ARGV[6] mode.
+-- ARGV[3] struct.pack('<ddd', limit, window-ms, cost), packed because Redis
+-- parses a number from text with strtod, which costs more than the rest of
+-- an argument; ARGV[4] mode.
 -- Reply: {allowed 0/1, remaining, reset-in-ms, retry-after-ms, now}
 
 local now
@@ -16,24 +18,32 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
-local algorithm, l, w, n, mode = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local algorithm, mode = ARGV[2], ARGV[4]
+local l, w, n = struct.unpack('<ddd', ARGV[3])
 
 -- Exact integer division and ceiling division for non-negative integers.
+-- Neither refers to a local of the script, so creating them on each call
+-- costs no upvalues; the algorithms below are plain branches, not closures,
+-- for the same reason (a closure over the script's locals costs Redis more
+-- than the arithmetic it holds).
 local function idiv(x, y)
   local q = math.floor(x / y)
   if q * y > x then q = q - 1 elseif (q + 1) * y <= x then q = q + 1 end
   return q
 end
 local function cdiv(x, y)
-  local q = idiv(x, y)
+  local q = math.floor(x / y)
+  if q * y > x then q = q - 1 elseif (q + 1) * y <= x then q = q + 1 end
   if q * y < x then q = q + 1 end
   return q
 end
-local function int(x)
-  return string.format('%d', x)
+
+if algorithm ~= 'sliding-window' and algorithm ~= 'fixed-window' and algorithm ~= 'gcra' then
+  return redis.error_reply('coord: unknown meter algorithm ' .. tostring(algorithm))
 end
 
-local state = nil
+-- The stored state {s1, s2, s3}, when there is one that has not expired.
+local stored, s1, s2, s3 = false, 0, 0, 0
 if mode ~= 'reset' then
   local raw = redis.call('GET', KEYS[1])
   if raw then
@@ -46,29 +56,30 @@ if mode ~= 'reset' then
       if a then a, b, c, e = tonumber(a), tonumber(b), tonumber(c), tonumber(e) end
     end
     if a and e > now then
-      state = {a, b, c}
+      stored, s1, s2, s3 = true, a, b, c
     end
   end
 end
 
--- Each returns allowed, remaining after, reset-in, retry-after, the counted
--- state {a, b, c}, its ttl, and the remaining before counting.
-local function sliding()
+-- Each algorithm sets: allowed, remaining after and before counting,
+-- reset-in, retry-after, the counted state {c1, c2, c3} and its ttl.
+local allowed, after, before, reset_in, retry, c1, c2, c3, ttl
+if algorithm == 'sliding-window' then
   local window_start = now - (now - idiv(now, w) * w)
   local start, curr, prev = window_start, 0, 0
-  if state then start, curr, prev = state[1], state[2], state[3] end
+  if stored then start, curr, prev = s1, s2, s3 end
   if start ~= window_start then
     if window_start == start + w then prev = curr else prev = 0 end
     curr = 0
     start = window_start
   end
   local estimate = prev * (w - (now - start)) + curr * w
-  local allowed = estimate + n * w <= l * w
-  local before = idiv(math.max(l * w - estimate, 0), w)
-  local after = before
+  allowed = estimate + n * w <= l * w
+  before = idiv(math.max(l * w - estimate, 0), w)
+  after = before
   if allowed then after = idiv(l * w - estimate - n * w, w) end
-  local reset_in = start + w - now
-  local retry = 0
+  reset_in = start + w - now
+  retry = 0
   if not allowed then
     local room = l - n - curr
     local t = nil
@@ -81,26 +92,22 @@ local function sliding()
       retry = start + w + d - now
     end
   end
-  return allowed, after, reset_in, retry, {start, curr + n, prev}, start + 2 * w - now, before
-end
-
-local function fixed()
+  c1, c2, c3, ttl = start, curr + n, prev, start + 2 * w - now
+elseif algorithm == 'fixed-window' then
   local start = now - (now - idiv(now, w) * w)
   local count = 0
-  if state and state[1] == start then count = state[2] end
-  local allowed = count + n <= l
-  local before = math.max(l - count, 0)
-  local after = before
+  if stored and s1 == start then count = s2 end
+  allowed = count + n <= l
+  before = math.max(l - count, 0)
+  after = before
   if allowed then after = l - count - n end
-  local reset_in = start + w - now
-  local retry = 0
+  reset_in = start + w - now
+  retry = 0
   if not allowed then retry = reset_in end
-  return allowed, after, reset_in, retry, {start, count + n, 0}, reset_in, before
-end
-
-local function gcra()
+  c1, c2, c3, ttl = start, count + n, 0, reset_in
+else -- gcra
   local tat, frac = 0, 0
-  if state then tat, frac = state[1], state[2] end
+  if stored then tat, frac = s1, s2 end
   if tat < now then tat, frac = now, 0 end
   local used = (tat - now) * l + frac
   local increment = n * w
@@ -112,38 +119,28 @@ local function gcra()
   end
   local used_after = (next_tat - now) * l + next_frac
   local capacity = w * l
-  local allowed = used_after <= capacity
-  local before = idiv(math.max(capacity - used, 0), w)
-  local after, occupied = before, used
+  allowed = used_after <= capacity
+  before = idiv(math.max(capacity - used, 0), w)
+  after = before
+  local occupied = used
   if allowed then after, occupied = idiv(capacity - used_after, w), used_after end
-  local retry = 0
+  reset_in = cdiv(occupied, l)
+  retry = 0
   if not allowed then retry = cdiv(used_after - capacity, l) end
-  return allowed, after, cdiv(occupied, l), retry, {next_tat, next_frac, 0}, cdiv(used_after, l), before
-end
-
-local allowed, after, reset_in, retry, counted, ttl, before
-if algorithm == 'sliding-window' then
-  allowed, after, reset_in, retry, counted, ttl, before = sliding()
-elseif algorithm == 'fixed-window' then
-  allowed, after, reset_in, retry, counted, ttl, before = fixed()
-elseif algorithm == 'gcra' then
-  allowed, after, reset_in, retry, counted, ttl, before = gcra()
-else
-  return redis.error_reply('coord: unknown meter algorithm ' .. tostring(algorithm))
+  c1, c2, c3, ttl = next_tat, next_frac, 0, cdiv(used_after, l)
 end
 
 if mode == 'reset' then
   redis.call('DEL', KEYS[1])
 elseif mode == 'consume' and allowed then
   ttl = math.max(ttl, 1)
-  local encoded = struct.pack('<Bdddd', 1, counted[1], counted[2], counted[3], now + ttl)
-  redis.call('SET', KEYS[1], encoded, 'PX', int(ttl))
+  local encoded = struct.pack('<Bdddd', 1, c1, c2, c3, now + ttl)
+  redis.call('SET', KEYS[1], encoded, 'PX', string.format('%d', ttl))
 end
 if mode ~= 'consume' and allowed then after = before end
 local a = 0
 if allowed then a = 1 end
 -- One packed string, cheaper for Redis to send than an array: allowed,
--- remaining, reset-in, retry-after, now. Floored as Redis floors a Lua
--- number it turns into an integer reply (every one here is at least 0).
-local f = math.floor
-return struct.pack('<Bdddd', a, f(after), f(reset_in), f(retry), f(now))
+-- remaining, reset-in, retry-after, now. Every number is an exact integer
+-- here (whole inputs, and only the divisions above).
+return struct.pack('<Bdddd', a, after, reset_in, retry, now)

@@ -1209,11 +1209,15 @@ impl Backend for RedisBackend {
             Some(clock) => cmd.arg(clock.now_ms()),
             None => cmd.arg(""),
         };
-        cmd.arg(algorithm)
-            .arg(request.limit)
-            .arg(request.window_ms)
-            .arg(request.cost)
-            .arg(mode);
+        // Exact as doubles: the limit is at most 10^7 and the window a day.
+        let numbers = [
+            f64::from(request.limit),
+            request.window_ms as f64,
+            f64::from(request.cost),
+        ]
+        .map(f64::to_le_bytes)
+        .concat();
+        cmd.arg(algorithm).arg(numbers).arg(mode);
         match self.run_script_value(&cmd, METER_SCRIPT).await? {
             Value::BulkString(packed) => meter_reply(&packed),
             other => Err(malformed(&format!(
