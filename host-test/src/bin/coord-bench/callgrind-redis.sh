@@ -28,6 +28,7 @@ fenced_acquire_lua="$here/fenced-acquire.lua"
 fenced_release_lua="$here/fenced-release.lua"
 commands_acquire_lua="$here/commands-acquire.lua"
 commands_release_lua="$here/commands-release.lua"
+commands_check_lua="$here/commands-check.lua"
 mkdir -p "$out"
 
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
@@ -47,9 +48,15 @@ store() {
   line EVALSHA "$store_sha" 3 "$p:e" "$p:x" "$p:f" "$op" '' "$p:w" "$@"
 }
 
+# A meter's limit (10 000 000), window (60 000 ms) and cost (1), packed as
+# the backend packs them: three little-endian doubles, in redis-cli's escapes.
+meter_numbers='\x00\x00\x00\x00\xd0\x12\x63\x41\x00\x00\x00\x00\x00\x4c\xed\x40\x00\x00\x00\x00\x00\x00\xf0\x3f'
+
 # Values of the sizes of coord's lock entry (56 bytes), meta (49) and feed
-# message (67), for the commands-only lock.
+# message (67), for the commands-only lock, and of a meter's state and reply
+# (33 each), for the commands-only check.
 entry=$(printf 'e%.0s' {1..56})
+meter_state=$(printf 's%.0s' {1..33})
 meta=$(printf 'm%.0s' {1..49})
 msg=$(printf 'f%.0s' {1..67})
 
@@ -80,7 +87,10 @@ workload() {
           store "eph/snap" list ''
         fi ;;
       check)
-        line EVALSHA "$meter_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" '' sliding-window 10000000 60000 1 consume ;;
+        line EVALSHA "$meter_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" '' sliding-window "$meter_numbers" consume ;;
+      commands-check)
+        # The check's commands with none of the meter script's logic.
+        line EVALSHA "$commands_check_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" "$meter_state" "$meter_state" ;;
       bare-lock-pair)
         line SET "cg:$p" 0123456789abcdef0123456789abcdef NX PX 30000
         line EVALSHA "$release_sha" 1 "cg:$p" 0123456789abcdef0123456789abcdef ;;
@@ -99,7 +109,7 @@ workload() {
 }
 
 baseline=0
-for w in baseline lock-pair upsert extend snapshot check bare-lock-pair fenced-lock-pair commands-lock-pair ping; do
+for w in baseline lock-pair upsert extend snapshot check commands-check bare-lock-pair fenced-lock-pair commands-lock-pair ping; do
   valgrind --tool=callgrind --toggle-collect=processCommand \
     --callgrind-out-file="$out/callgrind.$w.out" \
     "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
@@ -115,6 +125,7 @@ $(cat "$store_lua")")
   fenced_release_sha=$(redis-cli -p "$port" script load "$(cat "$fenced_release_lua")")
   commands_acquire_sha=$(redis-cli -p "$port" script load "$(cat "$commands_acquire_lua")")
   commands_release_sha=$(redis-cli -p "$port" script load "$(cat "$commands_release_lua")")
+  commands_check_sha=$(redis-cli -p "$port" script load "$(cat "$commands_check_lua")")
   workload "$w" | redis-cli -p "$port" >/dev/null
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
   wait "$vg" || true

@@ -9,6 +9,11 @@
 //! code; with `--native`, the same pairs straight on the backend.
 //! `callgrind-acquire.sh` counts the instructions of both.
 //!
+//! `coord-bench --profile-redis-check N` runs only rate-limit checks on
+//! Redis, N per task in 64 tasks, each through its own component instance;
+//! `--native` straight on the backend, `--tasks T` in T tasks, and
+//! `--unpooled` on an engine valgrind can run (no pooling allocator).
+//!
 //! "Native" is the same store operation called on the same backend straight
 //! from Rust, with no component in between: on Redis, the same scripts sent
 //! by the `redis` crate. The ratio component / native is the cost of the wasm
@@ -78,8 +83,9 @@ async fn main() -> wasmtime::Result<()> {
         return ops::profile_acquire(Arc::new(MemoryBackend::default()), n, perf_map, native).await;
     }
     if let Some(i) = args.iter().position(|a| a == "--profile-redis-check") {
-        // For `perf`: only 64 component instances checking rate limits on
-        // Redis at once, the row whose ratio to native is lowest.
+        // For `perf` and callgrind: only component instances checking rate
+        // limits on Redis at once (64 by default), the row whose ratio to
+        // native is lowest.
         let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
         let config = RedisConfig {
             prefix: format!("coordbench-{}", std::process::id()),
@@ -89,7 +95,13 @@ async fn main() -> wasmtime::Result<()> {
             .await
             .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
         let native = args.iter().any(|a| a == "--native");
-        return ops::profile_concurrent_check(Arc::new(redis), n, native).await;
+        let unpooled = args.iter().any(|a| a == "--unpooled");
+        let tasks = args
+            .iter()
+            .position(|a| a == "--tasks")
+            .and_then(|t| args.get(t + 1)?.parse().ok())
+            .unwrap_or(64);
+        return ops::profile_concurrent_check(Arc::new(redis), tasks, n, native, unpooled).await;
     }
     println!(
         "coord-bench: {} cores; medians of {} operations per row\n",

@@ -1088,13 +1088,7 @@ pub async fn profile_acquire(
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         config
     } else {
-        // No pooling and a small reservation: valgrind cannot map the pool's
-        // terabytes of address space. Per-call costs are what is profiled.
-        let mut config = wasmtime::Config::new();
-        config
-            .memory_reservation(64 << 20)
-            .memory_guard_size(64 << 10);
-        config
+        unpooled_config()
     };
     let runtime = Runtime::with_config(coord_host::COMPONENT, &config, backend)?;
     let mut i = runtime.instantiate().await?;
@@ -1105,22 +1099,40 @@ pub async fn profile_acquire(
     Ok(())
 }
 
-/// 64 tasks doing `n` rate-limit checks each on `backend`, through 64
-/// component instances or (`native`) straight on the backend, for a profiler.
+/// An engine without pooling and with a small memory reservation, for
+/// valgrind, which cannot map the pool's terabytes of address space. The
+/// per-call path, which is what is profiled, is the same.
+fn unpooled_config() -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config
+        .memory_reservation(64 << 20)
+        .memory_guard_size(64 << 10);
+    config
+}
+
+/// `tasks` tasks doing `n` rate-limit checks each on `backend`, through one
+/// component instance per task or (`native`) straight on the backend, for a
+/// profiler; `unpooled`, on [`unpooled_config`]'s engine.
 pub async fn profile_concurrent_check(
     backend: Arc<dyn Backend>,
+    tasks: usize,
     n: usize,
     native: bool,
+    unpooled: bool,
 ) -> wasmtime::Result<()> {
-    let runtime = Arc::new(Runtime::new(backend.clone())?);
+    let runtime = Arc::new(if unpooled {
+        Runtime::with_config(coord_host::COMPONENT, &unpooled_config(), backend.clone())?
+    } else {
+        Runtime::new(backend.clone())?
+    });
     let (_, rate) = if native {
-        run_tasks(64, n, |t| {
+        run_tasks(tasks, n, |t| {
             let backend = backend.clone();
             async move { Ok(NativeStep(Op::Check, backend, format!("task-{t}"))) }
         })
         .await?
     } else {
-        run_tasks(64, n, |t| {
+        run_tasks(tasks, n, |t| {
             let runtime = runtime.clone();
             async move {
                 Ok(ComponentStep(
@@ -1132,6 +1144,6 @@ pub async fn profile_concurrent_check(
         })
         .await?
     };
-    println!("64 tasks × {n} checks: {rate:.0} checks/s");
+    println!("{tasks} tasks × {n} checks: {rate:.0} checks/s");
     Ok(())
 }

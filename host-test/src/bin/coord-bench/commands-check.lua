@@ -1,0 +1,12 @@
+-- coord-bench's floor for coord's rate-limit check: the Redis commands the
+-- meter script (backend/meter.lua) issues for a sliding-window check that
+-- consumes, with values of the same sizes, and none of its logic (no
+-- decoding, no arithmetic). What it costs is what the check pays in
+-- commands alone; the meter script's cost above it is the script's own
+-- work. Counted by callgrind-redis.sh only.
+-- KEYS[1] the meter's state; ARGV[1] its new state (33 bytes), ARGV[2] the
+-- reply (33 bytes). Answers the reply.
+redis.call('TIME')
+redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', '60000')
+return ARGV[2]
