@@ -3,7 +3,8 @@
 -- consumes, with values of the same sizes, and none of its logic (no
 -- decoding, no arithmetic). What it costs is what the check pays in
 -- commands alone; the meter script's cost above it is the script's own
--- work. Counted by callgrind-redis.sh only.
+-- work. coord-bench times it beside the reference locks, and
+-- callgrind-redis.sh counts it.
 -- KEYS[1] the meter's state; ARGV[1] its new state (33 bytes), ARGV[2] the
 -- reply (33 bytes). Answers the reply.
 redis.call('TIME')

@@ -251,7 +251,7 @@ pub async fn per_operation(
         row.print(name, effort.reps, redis.is_some());
     }
     if let Some((_, url)) = &redis {
-        reference_locks(url, effort).await?;
+        references(url, effort).await?;
     }
     println!();
     Ok(())
@@ -307,8 +307,8 @@ fn trips(redis: &Option<Arc<RedisBackend>>) -> u64 {
     redis.as_ref().map_or(0, |r| r.round_trips())
 }
 
-/// Three reference locks on Redis, on a connection of their own, each pair
-/// timed in turns with the others and with a PING:
+/// Three reference locks and a reference check on Redis, on a connection of
+/// their own, each timed in turns with the others and with a PING:
 ///
 /// - the lock the target was set against: seed 000's bare Redis lock
 ///   (`SET key owner NX PX ttl`, then a compare-and-delete script), with no
@@ -323,8 +323,12 @@ fn trips(redis: &Option<Arc<RedisBackend>>) -> u64 {
 ///   store script issues for a lock's acquire and release, in order and with
 ///   values of the same sizes, on coord's three keys. The gap between it and
 ///   coord's lock is the store script's own work; what it costs is the
-///   layout's.
-async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
+///   layout's;
+/// - the rate-limit check's commands with none of the meter script's logic
+///   (`TIME`, `GET`, `SET PX`, with a state and a reply of the meter's
+///   sizes): the least any one-script check that keeps its state in one key
+///   costs, and the gap to the native check is the meter script's own work.
+async fn references(url: &str, effort: Effort) -> wasmtime::Result<()> {
     let err = |e: ::redis::RedisError| failed(&format!("{e:?}"));
     let client = ::redis::Client::open(url).map_err(err)?;
     let mut conn = client
@@ -343,11 +347,18 @@ async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
     let commands_keys = ["e", "x", "f"]
         .map(|part| format!("coordbench-commands-{{{}}}:{part}", std::process::id()));
     let commands_channel = format!("coordbench-commands-{{{}}}:w", std::process::id());
+    // The check's one key, which its script sets with a TTL.
+    let check_key = format!("coordbench-check-{}", std::process::id());
+    let commands_check = ::redis::Script::new(COMMANDS_CHECK);
+    let mut commands_check_call = commands_check.key(&check_key);
+    // A meter's state and its reply are 33 bytes each.
+    commands_check_call.arg("s".repeat(33)).arg("r".repeat(33));
     // The sizes of coord's lock entry (a 24-byte header and the 32-byte
     // owner), its meta and its feed message.
     let (entry, meta, message) = ("e".repeat(56), "m".repeat(49), "f".repeat(67));
     let owner = "0123456789abcdef0123456789abcdef";
-    let (mut bare, mut fenced, mut commands, mut pings) = (
+    let (mut bare, mut fenced, mut commands, mut check, mut pings) = (
+        Stats::default(),
         Stats::default(),
         Stats::default(),
         Stats::default(),
@@ -452,6 +463,16 @@ async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
         }
 
         let start = Instant::now();
+        let reply: Vec<u8> = commands_check_call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(err)?;
+        check.push(start.elapsed());
+        if reply.len() != 33 {
+            return Err(failed("the check's commands did not answer its reply"));
+        }
+
+        let start = Instant::now();
         let _: String = ::redis::cmd("PING")
             .query_async(&mut conn)
             .await
@@ -461,15 +482,18 @@ async fn reference_locks(url: &str, effort: Effort) -> wasmtime::Result<()> {
     let _: i64 = ::redis::cmd("DEL")
         .arg(&fenced_key)
         .arg(&commands_keys)
+        .arg(&check_key)
         .query_async(&mut conn)
         .await
         .map_err(err)?;
     let p = pings.median();
-    // Their round trips are not counted: by construction two per pair.
+    // Their round trips are not counted: by construction two per lock pair
+    // and one per check.
     for (name, pair) in [
         ("bare SET NX lock", &bare),
         ("fenced Lua lock", &fenced),
         ("coord's commands", &commands),
+        ("check's commands", &check),
     ] {
         let c = pair.median();
         println!(
@@ -499,6 +523,9 @@ const COMMANDS_ACQUIRE: &str = include_str!("commands-acquire.lua");
 
 /// coord's lock commands without its logic, release.
 const COMMANDS_RELEASE: &str = include_str!("commands-release.lua");
+
+/// The rate-limit check's commands without the meter script's logic.
+const COMMANDS_CHECK: &str = include_str!("commands-check.lua");
 
 /// Acquire alone, interleaved like the other rows: each lock is released
 /// outside the timed part, so the row is the cost of one acquire.
