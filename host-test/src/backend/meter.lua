@@ -5,21 +5,21 @@
 -- KEYS[1] the meter's state (see MeterState): struct.pack('<Bdddd', 1, a, b, c,
 --         expires-at), packed rather than text for the reason redis.lua gives;
 --         the text "<a>:<b>:<c>:<expires-at>" of earlier versions is still read.
--- ARGV[1] '' (use Redis's TIME) or a test clock's now; ARGV[2] algorithm;
--- ARGV[3] struct.pack('<ddd', limit, window-ms, cost), packed because Redis
--- parses a number from text with strtod, which costs more than the rest of
--- an argument; ARGV[4] mode.
+-- ARGV[1] every input in one string, struct.pack('<BBdddd', algorithm, mode,
+--         clock, limit, window-ms, cost): algorithm 1 sliding window, 2 fixed
+--         window, 3 GCRA; mode 1 consume, 2 peek, 3 reset; clock -1 for
+--         Redis's TIME, else a test clock's now. One packed argument, because
+--         each argument costs Redis a string and a slot in ARGV, and a number
+--         in text a strtod besides, more than the rest of its reading.
 -- Reply: {allowed 0/1, remaining, reset-in-ms, retry-after-ms, now}
 
-local now
-if ARGV[1] == '' then
+local SLIDING_WINDOW, FIXED_WINDOW, GCRA = 1, 2, 3
+local CONSUME, PEEK, RESET = 1, 2, 3
+local algorithm, mode, now, l, w, n = struct.unpack('<BBdddd', ARGV[1])
+if now < 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
 end
-local algorithm, mode = ARGV[2], ARGV[4]
-local l, w, n = struct.unpack('<ddd', ARGV[3])
 
 -- Exact integer division and ceiling division for non-negative integers.
 -- Neither refers to a local of the script, so creating them on each call
@@ -38,13 +38,16 @@ local function cdiv(x, y)
   return q
 end
 
-if algorithm ~= 'sliding-window' and algorithm ~= 'fixed-window' and algorithm ~= 'gcra' then
+if algorithm ~= SLIDING_WINDOW and algorithm ~= FIXED_WINDOW and algorithm ~= GCRA then
   return redis.error_reply('coord: unknown meter algorithm ' .. tostring(algorithm))
+end
+if mode ~= CONSUME and mode ~= PEEK and mode ~= RESET then
+  return redis.error_reply('coord: unknown meter mode ' .. tostring(mode))
 end
 
 -- The stored state {s1, s2, s3}, when there is one that has not expired.
 local stored, s1, s2, s3 = false, 0, 0, 0
-if mode ~= 'reset' then
+if mode ~= RESET then
   local raw = redis.call('GET', KEYS[1])
   if raw then
     local a, b, c, e
@@ -64,7 +67,7 @@ end
 -- Each algorithm sets: allowed, remaining after and before counting,
 -- reset-in, retry-after, the counted state {c1, c2, c3} and its ttl.
 local allowed, after, before, reset_in, retry, c1, c2, c3, ttl
-if algorithm == 'sliding-window' then
+if algorithm == SLIDING_WINDOW then
   local window_start = now - (now - idiv(now, w) * w)
   local start, curr, prev = window_start, 0, 0
   if stored then start, curr, prev = s1, s2, s3 end
@@ -93,7 +96,7 @@ if algorithm == 'sliding-window' then
     end
   end
   c1, c2, c3, ttl = start, curr + n, prev, start + 2 * w - now
-elseif algorithm == 'fixed-window' then
+elseif algorithm == FIXED_WINDOW then
   local start = now - (now - idiv(now, w) * w)
   local count = 0
   if stored and s1 == start then count = s2 end
@@ -130,14 +133,14 @@ else -- gcra
   c1, c2, c3, ttl = next_tat, next_frac, 0, cdiv(used_after, l)
 end
 
-if mode == 'reset' then
+if mode == RESET then
   redis.call('DEL', KEYS[1])
-elseif mode == 'consume' and allowed then
+elseif mode == CONSUME and allowed then
   ttl = math.max(ttl, 1)
   local encoded = struct.pack('<Bdddd', 1, c1, c2, c3, now + ttl)
   redis.call('SET', KEYS[1], encoded, 'PX', string.format('%d', ttl))
 end
-if mode ~= 'consume' and allowed then after = before end
+if mode ~= CONSUME and allowed then after = before end
 local a = 0
 if allowed then a = 1 end
 -- One packed string, cheaper for Redis to send than an array: allowed,

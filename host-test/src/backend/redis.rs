@@ -1190,34 +1190,39 @@ impl Backend for RedisBackend {
         key: &str,
         request: &MeterRequest,
     ) -> Result<MeterReply, StoreError> {
-        let algorithm = match request.algorithm {
-            MeterAlgorithm::SlidingWindow => "sliding-window",
-            MeterAlgorithm::FixedWindow => "fixed-window",
-            MeterAlgorithm::Gcra => "gcra",
+        // The codes meter.lua reads from its one packed argument.
+        let algorithm: u8 = match request.algorithm {
+            MeterAlgorithm::SlidingWindow => 1,
+            MeterAlgorithm::FixedWindow => 2,
+            MeterAlgorithm::Gcra => 3,
         };
-        let mode = match request.mode {
-            MeterMode::Consume => "consume",
-            MeterMode::Peek => "peek",
-            MeterMode::Reset => "reset",
+        let mode: u8 = match request.mode {
+            MeterMode::Consume => 1,
+            MeterMode::Peek => 2,
+            MeterMode::Reset => 3,
         };
+        // -1 asks for Redis's TIME. Every number is exact as a double: the
+        // limit is at most 10^7, the window a day, a test clock's now below 2^53.
+        let clock = match &self.config.test_clock {
+            Some(clock) => clock.now_ms() as f64,
+            None => -1.0,
+        };
+        let mut packed = Vec::with_capacity(34);
+        packed.extend([algorithm, mode]);
+        for number in [
+            clock,
+            f64::from(request.limit),
+            request.window_ms as f64,
+            f64::from(request.cost),
+        ] {
+            packed.extend(number.to_le_bytes());
+        }
         let _turn = self.turn().await;
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(&self.meter_sha)
             .arg(1)
-            .arg(format!("{}{key}", self.key(partition, "r:")));
-        match &self.config.test_clock {
-            Some(clock) => cmd.arg(clock.now_ms()),
-            None => cmd.arg(""),
-        };
-        // Exact as doubles: the limit is at most 10^7 and the window a day.
-        let numbers = [
-            f64::from(request.limit),
-            request.window_ms as f64,
-            f64::from(request.cost),
-        ]
-        .map(f64::to_le_bytes)
-        .concat();
-        cmd.arg(algorithm).arg(numbers).arg(mode);
+            .arg(format!("{}{key}", self.key(partition, "r:")))
+            .arg(packed);
         match self.run_script_value(&cmd, METER_SCRIPT).await? {
             Value::BulkString(packed) => meter_reply(&packed),
             other => Err(malformed(&format!(

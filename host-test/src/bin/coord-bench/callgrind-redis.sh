@@ -48,9 +48,11 @@ store() {
   line EVALSHA "$store_sha" 3 "$p:e" "$p:x" "$p:f" "$op" '' "$p:w" "$@"
 }
 
-# A meter's limit (10 000 000), window (60 000 ms) and cost (1), packed as
-# the backend packs them: three little-endian doubles, in redis-cli's escapes.
-meter_numbers='\x00\x00\x00\x00\xd0\x12\x63\x41\x00\x00\x00\x00\x00\x4c\xed\x40\x00\x00\x00\x00\x00\x00\xf0\x3f'
+# A sliding-window check that consumes, on Redis's clock, with a limit of
+# 10 000 000, a window of 60 000 ms and a cost of 1, packed as the backend
+# packs it (two code bytes, then four little-endian doubles), in redis-cli's
+# escapes.
+meter_input='\x01\x01\x00\x00\x00\x00\x00\x00\xf0\xbf\x00\x00\x00\x00\xd0\x12\x63\x41\x00\x00\x00\x00\x00\x4c\xed\x40\x00\x00\x00\x00\x00\x00\xf0\x3f'
 
 # Values of the sizes of coord's lock entry (56 bytes), meta (49) and feed
 # message (67), for the commands-only lock, and of a meter's state and reply
@@ -87,7 +89,7 @@ workload() {
           store "eph/snap" list ''
         fi ;;
       check)
-        line EVALSHA "$meter_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" '' sliding-window "$meter_numbers" consume ;;
+        line EVALSHA "$meter_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" "$meter_input" ;;
       commands-check)
         # The check's commands with none of the meter script's logic.
         line EVALSHA "$commands_check_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" "$meter_state" "$meter_state" ;;
