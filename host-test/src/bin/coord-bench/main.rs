@@ -9,6 +9,10 @@
 //! code; with `--native`, the same pairs straight on the backend.
 //! `callgrind-acquire.sh` counts the instructions of both.
 //!
+//! `coord-bench --profile-requests N` runs only N requests as an edge host
+//! serves them (a fresh pooled instance, one in-memory check, the instance
+//! dropped), for `strace -c` and `perf stat`.
+//!
 //! `coord-bench --profile-redis-check N` runs only rate-limit checks on
 //! Redis, N per task in 64 tasks, each through its own component instance;
 //! `--native` straight on the backend, `--tasks T` in T tasks, and
@@ -81,6 +85,12 @@ async fn main() -> wasmtime::Result<()> {
         let perf_map = args.iter().any(|a| a == "--perf-map");
         let native = args.iter().any(|a| a == "--native");
         return ops::profile_acquire(Arc::new(MemoryBackend::default()), n, perf_map, native).await;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--profile-requests") {
+        // For `strace -c` and `perf stat`: only requests as an edge host
+        // serves them, a fresh instance and one in-memory check each.
+        let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
+        return ops::profile_requests(Arc::new(MemoryBackend::default()), n).await;
     }
     if let Some(i) = args.iter().position(|a| a == "--profile-redis-check") {
         // For `perf` and callgrind: only component instances checking rate
@@ -181,6 +191,7 @@ fn instance_costs() -> wasmtime::Result<()> {
     let runtime = Runtime::new(Arc::new(MemoryBackend::default()))?;
     let rt = tokio::runtime::Handle::current();
     let mut instantiate = Stats::default();
+    let mut request = Stats::default();
     tokio::task::block_in_place(|| {
         rt.block_on(async {
             for _ in 0..2000 {
@@ -188,6 +199,9 @@ fn instance_costs() -> wasmtime::Result<()> {
                 let instance = runtime.instantiate().await?;
                 instantiate.push(start.elapsed());
                 drop(instance);
+            }
+            for k in 0..2000 {
+                request.push(ops::one_request(&runtime, &format!("k{}", k % 100)).await?);
             }
             Ok::<_, wasmtime::Error>(())
         })
@@ -203,9 +217,14 @@ fn instance_costs() -> wasmtime::Result<()> {
         fmt_us(load.median())
     );
     println!(
-        "  instantiate (InstancePre + pooling)  p50 {} µs, p99 {} µs (2000 instances)\n",
+        "  instantiate (InstancePre + pooling)  p50 {} µs, p99 {} µs (2000 instances)",
         fmt_us(instantiate.median()),
         fmt_us(instantiate.p99())
+    );
+    println!(
+        "  a request: instantiate, one in-memory check, drop  p50 {} µs, p99 {} µs (2000 requests)\n",
+        fmt_us(request.median()),
+        fmt_us(request.p99())
     );
     Ok(())
 }

@@ -47,7 +47,7 @@ fn space() -> Space {
     }
 }
 
-fn limiter() -> Limiter {
+pub fn limiter() -> Limiter {
     Limiter {
         id: "bench.limit".into(),
         limit: 10_000_000,
@@ -1123,6 +1123,28 @@ pub async fn profile_acquire(
         component_op(Op::AcquireRelease, &mut i, &format!("k{}", k % 100)).await?;
     }
     println!("{n} acquire+release pairs, {} store calls", i.store_calls());
+    Ok(())
+}
+
+/// One edge request as a host serves it: a fresh instance from the pool,
+/// one in-memory rate-limit check, the instance dropped (its slot reset for
+/// the next). Returns the request's time.
+pub async fn one_request(runtime: &Runtime, key: &str) -> wasmtime::Result<std::time::Duration> {
+    let start = std::time::Instant::now();
+    let mut i = runtime.instantiate().await?;
+    component_op(Op::Check, &mut i, key).await?;
+    drop(i);
+    Ok(start.elapsed())
+}
+
+/// `n` requests ([`one_request`]) on the real engine configuration, for
+/// `strace -c` and `perf stat`: what a request costs beyond its check.
+pub async fn profile_requests(backend: Arc<dyn Backend>, n: usize) -> wasmtime::Result<()> {
+    let runtime = Runtime::new(backend)?;
+    for k in 0..n {
+        one_request(&runtime, &format!("k{}", k % 100)).await?;
+    }
+    println!("{n} requests (instantiate, one check, drop)");
     Ok(())
 }
 
