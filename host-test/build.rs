@@ -19,6 +19,7 @@ fn main() -> anyhow::Result<()> {
     for watched in [
         "component/src",
         "component/Cargo.toml",
+        "component/region",
         "examples/inventory-fn/src",
         "examples/inventory-fn/wit",
         "examples/inventory-fn/Cargo.toml",

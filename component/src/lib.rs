@@ -19,7 +19,6 @@
 //! - [`memory`]: the store semantics over plain memory, shared with the host.
 //! - [`keys`]: how names become store partitions, injectively.
 //! - [`validate`]: argument checks shared by every interface.
-//! - [`region`]: the component's allocator, a region in its initial memory.
 
 pub mod bindings;
 pub mod ephemeral;
@@ -28,7 +27,6 @@ pub mod lock;
 pub mod memory;
 pub mod meter;
 pub mod ratelimit;
-pub mod region;
 pub mod store;
 pub mod validate;
 
@@ -39,7 +37,7 @@ mod fake;
 mod wasm;
 
 /// Allocations come from a 64 KiB region in the initial memory, so a fresh
-/// instance whose calls fit never grows its memory ([`region`] says why).
+/// instance whose calls fit never grows its memory ([`coord_region`] says why).
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]
-static ALLOCATOR: region::Region<{ 64 * 1024 }> = region::Region::new();
+static ALLOCATOR: coord_region::Region<{ 64 * 1024 }> = coord_region::Region::new();

@@ -27,6 +27,14 @@
 // names such as `wasi:http/incoming-handler@0.2.12#handle` only link in wasm.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
+/// A request's allocations come from a region in the memory the instance
+/// starts with, as coord's do, so an instance per request never grows its
+/// memory: a pooling host would answer each grow with an `mprotect`, and
+/// another when it reuses the slot (`coord_region` says more).
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: coord_region::Region<{ 64 * 1024 }> = coord_region::Region::new();
+
 mod http;
 mod inventory;
 mod records;

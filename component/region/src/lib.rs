@@ -1,6 +1,6 @@
-//! The guest's allocator: a call's allocations come from a region inside the
-//! module's initial memory, and only what does not fit from the standard
-//! allocator.
+//! The allocator coord's guests use: a call's allocations come from a
+//! region inside the module's initial memory, and only what does not fit
+//! from the standard allocator.
 //!
 //! Why: an edge host makes a fresh instance per request. The standard
 //! allocator (dlmalloc) takes its first bytes with `memory.grow`, and a
@@ -12,13 +12,22 @@
 //! memory (BENCHMARKS.md, "Changes that moved a figure").
 //!
 //! The region is a bump allocator that starts over whenever everything
-//! allocated from it has been freed, which is the case between calls: the
-//! component keeps nothing from one call to the next but a watcher's
-//! state. Freeing the newest allocation gives its bytes back at once, and
-//! growing it (a `Vec` being pushed to) extends it in place. Other freed
-//! bytes wait for the region to empty. When the region is full, allocations
-//! go to the standard allocator until it empties, so memory stays bounded:
-//! the region's size plus what the standard allocator would have used.
+//! allocated from it has been freed, which is the case between calls when a
+//! guest keeps nothing from one call to the next (coord keeps only a
+//! watcher's state). Freeing the newest allocation gives its bytes back at
+//! once, and growing it (a `Vec` being pushed to) extends it in place.
+//! Other freed bytes wait for the region to empty. When the region is full,
+//! allocations go to the standard allocator until it empties, so memory
+//! stays bounded: the region's size plus what the standard allocator would
+//! have used.
+//!
+//! A guest installs it on wasm32 only, where it has one thread:
+//!
+//! ```text
+//! #[cfg(target_arch = "wasm32")]
+//! #[global_allocator]
+//! static ALLOCATOR: coord_region::Region<{ 64 * 1024 }> = coord_region::Region::new();
+//! ```
 
 // An allocator hands out raw memory: unsafe by contract.
 #![allow(unsafe_code)]
@@ -42,7 +51,7 @@ pub struct Region<const N: usize> {
 }
 
 // SAFETY: the component runs on wasm32 without the atomics feature, where
-// there is one thread; the allocator is installed only there (lib.rs).
+// there is one thread; guests install the allocator only there.
 #[cfg(target_arch = "wasm32")]
 unsafe impl<const N: usize> Sync for Region<N> {}
 
