@@ -50,8 +50,8 @@ pub struct Region<const N: usize> {
     live: Cell<usize>,
 }
 
-// SAFETY: the component runs on wasm32 without the atomics feature, where
-// there is one thread; guests install the allocator only there.
+// SAFETY: guests install the allocator only on wasm32 without the atomics
+// feature, where there is one thread.
 #[cfg(target_arch = "wasm32")]
 unsafe impl<const N: usize> Sync for Region<N> {}
 
@@ -90,9 +90,12 @@ unsafe impl<const N: usize> GlobalAlloc for Region<N> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let base = self.base() as usize;
         // Alignments are powers of two; the region's base is 16-aligned.
-        let start = (base + self.top.get()).next_multiple_of(layout.align()) - base;
-        match start.checked_add(layout.size()) {
-            Some(end) if end <= N => {
+        let start = (base + self.top.get())
+            .checked_next_multiple_of(layout.align())
+            .map(|aligned| aligned - base);
+        let end = start.and_then(|start| start.checked_add(layout.size()));
+        match (start, end) {
+            (Some(start), Some(end)) if end <= N => {
                 self.top.set(end);
                 self.live.set(self.live.get() + 1);
                 // SAFETY: start <= end <= N, inside the region.

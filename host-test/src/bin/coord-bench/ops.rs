@@ -47,7 +47,7 @@ fn space() -> Space {
     }
 }
 
-pub fn limiter() -> Limiter {
+fn limiter() -> Limiter {
     Limiter {
         id: "bench.limit".into(),
         limit: 10_000_000,
@@ -1129,8 +1129,8 @@ pub async fn profile_acquire(
 /// One edge request as a host serves it: a fresh instance from the pool,
 /// one in-memory rate-limit check, the instance dropped (its slot reset for
 /// the next). Returns the request's time.
-pub async fn one_request(runtime: &Runtime, key: &str) -> wasmtime::Result<std::time::Duration> {
-    let start = std::time::Instant::now();
+pub async fn one_request(runtime: &Runtime, key: &str) -> wasmtime::Result<Duration> {
+    let start = Instant::now();
     let mut i = runtime.instantiate().await?;
     component_op(Op::Check, &mut i, key).await?;
     drop(i);
