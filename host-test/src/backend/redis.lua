@@ -106,9 +106,13 @@ local arm = rev == 0
 local dirty, meta_changed, ttl_less = false, false, false
 local set_entry = nil -- the key's entry to write with the meta, in one HSET
 
--- Append a change to the feed under the next revision, and return it.
-local rev_text = nil -- the latest revision as text, for XADD and PUBLISH
-local function record(kind, changed_key, value, at)
+-- Append a change to the feed under the next revision. The partition's
+-- counters go in as arguments and come back updated (rev, created, seq, and
+-- the new revision as text, for XADD and PUBLISH), so the function closes
+-- over nothing: built on every call as a closure over the locals it used,
+-- it cost Redis an upvalue apiece (callgrind: `luaF_findupval`, 4 200
+-- instructions per lock pair; BENCHMARKS.md, "Where the time goes").
+local function record(F, X, history, now, rev, created, seq, kind, changed_key, value, at)
   local previous = rev
   local floor = now * 1000
   if rev == 0 then
@@ -121,12 +125,12 @@ local function record(kind, changed_key, value, at)
   rev = previous + 1
   if rev < floor then rev = floor end
   seq = seq + 1
-  rev_text = int(rev)
-  redis.call('XADD', F, 'MAXLEN', '~', HISTORY, rev_text, 'm',
+  local rev_text = string.format('%d', rev)
+  redis.call('XADD', F, 'MAXLEN', '~', history, rev_text, 'm',
     struct.pack('<dddI4', at, previous, seq, #changed_key) .. kind .. changed_key .. value)
-  dirty = true
-  return rev
+  return rev, created, seq, rev_text
 end
+local rev_text = nil -- the latest revision as text, once `record` has run
 
 -- Record the expiry of every entry whose TTL has run out, in expiry order.
 -- `sweep` is a lower bound on the earliest expiry, so most calls skip this.
@@ -173,7 +177,9 @@ if sweep >= 0 and sweep <= now then
       call_in_slices('HDEL', E, fields, 512)
       for i = 1, #expired do
         local f = fields[i]
-        record('e', string.sub(f, 2), '', expired[i][1])
+        rev, created, seq, rev_text =
+          record(F, X, HISTORY, now, rev, created, seq, 'e', string.sub(f, 2), '', expired[i][1])
+        dirty = true
         if f == field then packed = nil end
       end
     end
@@ -241,7 +247,8 @@ if single then
     elseif op == 'delete' then
       redis.call('HDEL', E, field)
       if before >= 0 then redis.call('ZREM', X, field) end
-      record('d', key, '', now)
+      rev, created, seq, rev_text = record(F, X, HISTORY, now, rev, created, seq, 'd', key, '', now)
+      dirty = true
       if ctype == 'revision-and-value' then
         reply = struct.pack('<Bdddd', 0, now, erev, eupd, eexp)
       else
@@ -250,7 +257,8 @@ if single then
     else
       if op == 'put' then
         value = new_value
-        erev, eupd = record('p', key, value, now), now
+        rev, created, seq, rev_text = record(F, X, HISTORY, now, rev, created, seq, 'p', key, value, now)
+        erev, eupd = rev, now
       end
       local ttl = tonumber(ttl_text)
       eexp = -1
