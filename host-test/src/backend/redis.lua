@@ -62,17 +62,27 @@
 -- 'revision-and-value'), then the revision for the last two, then the value
 -- for the last.
 --
--- Revisions are seeded from the clock (at least now-ms * 1000), so a revision
--- issued after Redis lost its data still exceeds every revision before it.
+-- Revisions are seeded from the clock in microseconds (each is at least
+-- Redis's TIME as microseconds when it is issued), so a revision issued after
+-- Redis lost its data still exceeds every revision before it: a restart or a
+-- FLUSHALL and the next write take more than a microsecond, and no partition
+-- takes a write per microsecond. (Seeded from milliseconds, times 1000, the
+-- first revision after a loss within the same millisecond as the last write
+-- repeated that write's revision.)
 
 local E, X, F = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
-local now
+-- The store's clock: `now` in milliseconds for TTLs and replies, `clock_us`
+-- in microseconds for the floor of new revisions.
+local now, clock_us
 if ARGV[2] == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local seconds, micros = tonumber(t[1]), tonumber(t[2])
+  now = seconds * 1000 + math.floor(micros / 1000)
+  clock_us = seconds * 1000000 + micros
 else
   now = tonumber(ARGV[2]) -- a test's manual clock
+  clock_us = now * 1000
 end
 -- An integer as the text a command takes.
 local function int(n)
@@ -112,9 +122,9 @@ local set_entry = nil -- the key's entry to write with the meta, in one HSET
 -- over nothing: built on every call as a closure over the locals it used,
 -- it cost Redis an upvalue apiece (callgrind: `luaF_findupval`, 4 200
 -- instructions per lock pair; BENCHMARKS.md, "Where the time goes").
-local function record(F, X, history, now, rev, created, seq, kind, changed_key, value, at)
+-- `floor` is the clock in microseconds: no revision is issued below it.
+local function record(F, X, history, floor, rev, created, seq, kind, changed_key, value, at)
   local previous = rev
-  local floor = now * 1000
   if rev == 0 then
     -- A new incarnation: its feed is complete from here on, and nothing
     -- before it can be read from it.
@@ -178,7 +188,7 @@ if sweep >= 0 and sweep <= now then
       for i = 1, #expired do
         local f = fields[i]
         rev, created, seq, rev_text =
-          record(F, X, HISTORY, now, rev, created, seq, 'e', string.sub(f, 2), '', expired[i][1])
+          record(F, X, HISTORY, clock_us, rev, created, seq, 'e', string.sub(f, 2), '', expired[i][1])
         dirty = true
         if f == field then packed = nil end
       end
@@ -247,7 +257,7 @@ if single then
     elseif op == 'delete' then
       redis.call('HDEL', E, field)
       if before >= 0 then redis.call('ZREM', X, field) end
-      rev, created, seq, rev_text = record(F, X, HISTORY, now, rev, created, seq, 'd', key, '', now)
+      rev, created, seq, rev_text = record(F, X, HISTORY, clock_us, rev, created, seq, 'd', key, '', now)
       dirty = true
       if ctype == 'revision-and-value' then
         reply = struct.pack('<Bdddd', 0, now, erev, eupd, eexp)
@@ -257,7 +267,7 @@ if single then
     else
       if op == 'put' then
         value = new_value
-        rev, created, seq, rev_text = record(F, X, HISTORY, now, rev, created, seq, 'p', key, value, now)
+        rev, created, seq, rev_text = record(F, X, HISTORY, clock_us, rev, created, seq, 'p', key, value, now)
         erev, eupd = rev, now
       end
       local ttl = tonumber(ttl_text)
