@@ -17,6 +17,7 @@
 //! Redis, N per task in 64 tasks, each through its own component instance;
 //! `--native` straight on the backend, `--tasks T` in T tasks, and
 //! `--unpooled` on an engine valgrind can run (no pooling allocator).
+//! `--profile-redis-pair N` does the same with lock acquire+release pairs.
 //!
 //! "Native" is the same store operation called on the same backend straight
 //! from Rust, with no component in between: on Redis, the same scripts sent
@@ -92,10 +93,13 @@ async fn main() -> wasmtime::Result<()> {
         let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
         return ops::profile_requests(Arc::new(MemoryBackend::default()), n).await;
     }
-    if let Some(i) = args.iter().position(|a| a == "--profile-redis-check") {
+    let profile_redis = args
+        .iter()
+        .position(|a| a == "--profile-redis-check" || a == "--profile-redis-pair");
+    if let Some(i) = profile_redis {
         // For `perf` and callgrind: only component instances checking rate
-        // limits on Redis at once (64 by default), the row whose ratio to
-        // native is lowest.
+        // limits (or taking and releasing locks) on Redis at once (64 by
+        // default), the rows of the concurrency table at 64 tasks.
         let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
         let config = RedisConfig {
             prefix: format!("coordbench-{}", std::process::id()),
@@ -111,7 +115,8 @@ async fn main() -> wasmtime::Result<()> {
             .position(|a| a == "--tasks")
             .and_then(|t| args.get(t + 1)?.parse().ok())
             .unwrap_or(64);
-        return ops::profile_concurrent_check(Arc::new(redis), tasks, n, native, unpooled).await;
+        let pairs = args[i] == "--profile-redis-pair";
+        return ops::profile_concurrent(Arc::new(redis), tasks, n, pairs, native, unpooled).await;
     }
     println!(
         "coord-bench: {} cores; medians of {} operations per row\n",

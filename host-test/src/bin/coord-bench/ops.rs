@@ -1164,16 +1164,23 @@ fn unpooled_config() -> wasmtime::Config {
     config
 }
 
-/// `tasks` tasks doing `n` rate-limit checks each on `backend`, through one
-/// component instance per task or (`native`) straight on the backend, for a
-/// profiler; `unpooled`, on [`unpooled_config`]'s engine.
-pub async fn profile_concurrent_check(
+/// `tasks` tasks doing `n` rate-limit checks (or, with `pairs`, lock
+/// acquire+release pairs) each on `backend`, through one component instance
+/// per task or (`native`) straight on the backend, for a profiler;
+/// `unpooled`, on [`unpooled_config`]'s engine.
+pub async fn profile_concurrent(
     backend: Arc<dyn Backend>,
     tasks: usize,
     n: usize,
+    pairs: bool,
     native: bool,
     unpooled: bool,
 ) -> wasmtime::Result<()> {
+    let (op, what) = if pairs {
+        (Op::AcquireRelease, "lock pairs")
+    } else {
+        (Op::Check, "checks")
+    };
     let runtime = Arc::new(if unpooled {
         Runtime::with_config(coord_host::COMPONENT, &unpooled_config(), backend.clone())?
     } else {
@@ -1182,7 +1189,7 @@ pub async fn profile_concurrent_check(
     let (_, rate) = if native {
         run_tasks(tasks, n, |t| {
             let backend = backend.clone();
-            async move { Ok(NativeStep(Op::Check, backend, format!("task-{t}"))) }
+            async move { Ok(NativeStep(op, backend, format!("task-{t}"))) }
         })
         .await?
     } else {
@@ -1190,7 +1197,7 @@ pub async fn profile_concurrent_check(
             let runtime = runtime.clone();
             async move {
                 Ok(ComponentStep(
-                    Op::Check,
+                    op,
                     runtime.instantiate().await?,
                     format!("task-{t}"),
                 ))
@@ -1198,6 +1205,6 @@ pub async fn profile_concurrent_check(
         })
         .await?
     };
-    println!("{tasks} tasks × {n} checks: {rate:.0} checks/s");
+    println!("{tasks} tasks × {n} {what}: {rate:.0} {what}/s");
     Ok(())
 }
