@@ -27,6 +27,10 @@ pub struct Partition {
     expiries: BTreeSet<(u64, String)>,
     feed: VecDeque<Change>,
     history: usize,
+    /// The revision this incarnation of the partition started after (its
+    /// first write's floor less one; 0 before it): `changes` after 0 reads
+    /// from here.
+    created: u64,
     /// The feed holds every change with a greater revision than this.
     complete_after: u64,
     /// Rate-limit meters: state and when it expires. Not entries: no revision, no feed.
@@ -42,6 +46,7 @@ impl Partition {
             expiries: BTreeSet::new(),
             feed: VecDeque::new(),
             history: history.max(1),
+            created: 0,
             complete_after: 0,
             meters: BTreeMap::new(),
         }
@@ -182,7 +187,10 @@ impl Partition {
     /// `after` is a revision this partition never reached).
     pub fn changes(&mut self, after: u64, max: u32, now: u64) -> Result<Vec<Change>, StoreError> {
         self.sweep(now);
-        // A revision this partition never reached means the store lost data.
+        // 0 reads from this incarnation's first change.
+        let after = if after == 0 { self.created } else { after };
+        // A revision from before this incarnation, or one it never reached,
+        // means the store lost data.
         if after < self.complete_after || after > self.revision {
             return Err(StoreError::HistoryGone(self.complete_after));
         }
@@ -226,8 +234,22 @@ impl Partition {
     }
 
     /// Append a change with the next revision, trimming the feed to its bound.
+    ///
+    /// No revision is below the store time in microseconds (`at` × 1000),
+    /// the floor the Redis script also keeps: a partition that starts afresh
+    /// (a new process; a partition dropped and made again) issues revisions
+    /// above every one an earlier incarnation issued, as `wit/store.wit`
+    /// requires, as long as the clock does not go back and the partition
+    /// did not average more than one write per microsecond.
     fn record(&mut self, kind: ChangeKind, key: &str, value: Vec<u8>, at: u64) -> u64 {
-        self.revision += 1;
+        let floor = at.saturating_mul(1000);
+        if self.revision == 0 {
+            // A new incarnation: its feed is complete from here on.
+            self.created = floor.saturating_sub(1);
+            self.complete_after = self.created;
+            self.revision = self.created;
+        }
+        self.revision = self.revision.saturating_add(1).max(floor);
         self.feed.push_back(Change {
             kind,
             key: key.to_string(),
@@ -293,5 +315,34 @@ mod tests {
         assert_eq!(p.next_expiry(), None);
         assert!(p.get("a", 10_000).is_none());
         assert!(p.get("c", 10_000).is_some(), "no TTL, no expiry");
+    }
+
+    #[test]
+    fn revisions_start_above_the_clock_so_a_restarted_store_never_reissues_one() {
+        let mut before = Partition::new(16);
+        let first = before.put("a", b"v", None, &Condition::Always, 5);
+        let second = before.put("a", b"w", None, &Condition::Always, 5);
+        let (Outcome::Applied(first), Outcome::Applied(second)) = (first, second) else {
+            panic!("unconditional puts apply");
+        };
+        // The first write of a new partition gets the store time in µs;
+        // writes within one millisecond count up from there.
+        assert_eq!((first.revision, second.revision), (5_000, 5_001));
+        // A write a millisecond later jumps to the clock.
+        before.delete("a", &Condition::Always, 6);
+        assert_eq!(before.revision(), 6_000);
+
+        // The process restarts with nothing: a new partition, a millisecond on.
+        let mut after = Partition::new(16);
+        after.put("b", b"v", None, &Condition::Always, 7);
+        assert!(after.revision() > before.revision());
+        // A reader from before the loss must resync; 0 still reads the
+        // new incarnation from its first change.
+        assert!(matches!(
+            after.changes(before.revision(), 10, 7),
+            Err(StoreError::HistoryGone(_))
+        ));
+        let from_start = after.changes(0, 10, 7).map(|c| c.len());
+        assert!(matches!(from_start, Ok(1)), "{from_start:?}");
     }
 }

@@ -22,14 +22,24 @@ function clock() {
 function partition(name) {
   let p = partitions.get(name);
   if (!p) {
-    p = { revision: 0n, entries: new Map(), feed: [], completeAfter: 0n, meters: new Map() };
+    p = { revision: 0n, created: 0n, entries: new Map(), feed: [], completeAfter: 0n, meters: new Map() };
     partitions.set(name, p);
   }
   return p;
 }
 
+// No revision is below the store time in microseconds, as in the Rust stores:
+// a partition that starts afresh (a new process) issues revisions above every
+// one an earlier incarnation issued.
 function record(p, kind, key, value, at) {
-  p.revision += 1n;
+  const floor = at * 1000n;
+  if (p.revision === 0n) {
+    // A new incarnation: its feed is complete from here on.
+    p.created = floor > 0n ? floor - 1n : 0n;
+    p.completeAfter = p.created;
+    p.revision = p.created;
+  }
+  p.revision = p.revision + 1n > floor ? p.revision + 1n : floor;
   p.feed.push({ kind, key, value, revision: p.revision, at });
   while (p.feed.length > HISTORY) p.completeAfter = p.feed.shift().revision;
   return p.revision;
@@ -114,6 +124,8 @@ export function touch(name, key, ttlMs, condition) {
 
 export function changes(name, after, max) {
   const [p, now] = open(name);
+  // 0 reads from this incarnation's first change.
+  if (after === 0n) after = p.created;
   if (after < p.completeAfter || after > p.revision) throw { tag: 'history-gone', val: p.completeAfter };
   const page = p.feed.filter((c) => c.revision > after).slice(0, max);
   return { changes: page.map((c) => ({ ...c })), revision: p.revision, now };

@@ -347,3 +347,39 @@ async fn invalid_input_gets_an_error_naming_the_field(h: Harness) {
     assert_eq!(field(i.force_release("", "r").await.unwrap()), "id");
     assert_eq!(i.store_calls(), 0, "nothing invalid reached the store");
 }
+
+/// The in-memory store's counterpart of the Redis suite's restart test: a
+/// host process that restarts loses its in-memory store, and the fences of
+/// the new store must still exceed every fence the old one issued, or a
+/// fenced resource outside the process would refuse every new holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_fences_stay_monotonic_across_a_restart_that_lost_the_data() {
+    use coord_host::backend::memory::MemoryBackend;
+    use coord_host::clock::ManualClock;
+    common::bounded(async {
+        let clock = Arc::new(ManualClock::new(common::T0));
+        let first_process = Runtime::new(Arc::new(MemoryBackend::new(clock.clone()))).unwrap();
+        let mut i = instance(&first_process).await;
+        // Several writes in one millisecond: the fences count up past the floor.
+        let mut before = 0;
+        for _ in 0..5 {
+            let lock = acquired(acquire(&mut i, "item:1", no_wait(60_000)).await);
+            assert!(lock.fence > before, "fences grow within a process");
+            before = lock.fence;
+            assert!(i.release(&lock).await.unwrap().unwrap());
+        }
+        drop((i, first_process));
+
+        // The restart takes at least a millisecond.
+        clock.advance(1);
+        let second_process = Runtime::new(Arc::new(MemoryBackend::new(clock))).unwrap();
+        let mut i = instance(&second_process).await;
+        let after = acquired(acquire(&mut i, "item:1", no_wait(60_000)).await);
+        assert!(
+            after.fence > before,
+            "fence {} after the restart <= {before} before it",
+            after.fence
+        );
+    })
+    .await
+}
