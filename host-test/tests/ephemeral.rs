@@ -515,3 +515,56 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
         );
     }
 }
+
+/// The in-memory store drops a tenant's partition once it has had no live
+/// entry for the retention, as Redis's keys expire; nothing a caller counts
+/// on goes with it. A watcher that resumes from before the drop is told to
+/// resync (within the retention it would have had the changes), and the
+/// partition made again writes above every revision it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_a_quiet_tenant_is_dropped_after_the_retention_and_watchers_resync() {
+    use coord_host::backend::memory::MemoryBackend;
+    use coord_host::clock::ManualClock;
+    const RETENTION_MS: u64 = 60_000;
+    common::bounded(async {
+        let clock = Arc::new(ManualClock::new(T0));
+        let backend = Arc::new(
+            MemoryBackend::with_history(clock.clone(), HISTORY).with_retention(RETENTION_MS),
+        );
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+
+        let written = upsert(&mut i, "t", "a", "1").await;
+        let within = i.watch(&space(), "t", None, Some(written.revision)).await;
+        let within = within.unwrap().unwrap();
+        let after_it = i.watch(&space(), "t", None, Some(written.revision)).await;
+        let after_it = after_it.unwrap().unwrap();
+        // The entry expires (the space's TTL is 1 s); the tenant stays for
+        // the retention, so a watcher resuming inside it sees the expiry.
+        clock.advance(1_000 + RETENTION_MS - 1);
+        assert_eq!(keys(&mut i, "t").await, Vec::<String>::new());
+        assert_eq!(backend.partitions(), 1, "kept within the retention");
+        assert_eq!(
+            summary(&ready(&mut i, &within).await),
+            [("a".to_string(), "expire")]
+        );
+
+        // Past it, the next sweep drops the tenant, with nothing in it.
+        clock.advance(RETENTION_MS);
+        assert_eq!(keys(&mut i, "other").await, Vec::<String>::new());
+        assert_eq!(backend.partitions(), 0, "a quiet tenant is dropped");
+        assert_eq!(
+            i.next_event(&after_it, 0).await.unwrap().unwrap(),
+            Some(Event::ResyncRequired),
+            "a watcher from before the drop resyncs"
+        );
+        let again = upsert(&mut i, "t", "a", "2").await;
+        assert!(
+            again.revision > written.revision,
+            "revision {} after the drop <= {} before it",
+            again.revision,
+            written.revision
+        );
+    })
+    .await
+}

@@ -7,6 +7,14 @@
 //! the clock and waiting: each partition has a watch channel that every
 //! mutation bumps, and a waiter also sleeps on the clock until the
 //! partition's next expiry, so expiry wakes it with no one else writing.
+//!
+//! A partition that went quiet — no live entry, no meter, no waiter — is
+//! dropped once the retention has passed since its last change, as Redis's
+//! keys expire, so a long-running host does not keep every lock resource and
+//! tenant it ever saw. Dropping it loses nothing a caller can count on:
+//! revisions are floored at the clock, so the partition made again later
+//! starts above every revision it had, and a watcher resuming from before
+//! the drop is told `history-gone` and resyncs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,22 +27,25 @@ use super::*;
 use crate::clock::{Clock, SystemClock};
 
 /// How often, on the store's clock, every partition is swept: expiries are
-/// recorded (and their waiters woken) and unused rate-limit keys dropped.
+/// recorded (and their waiters woken) and quiet partitions dropped.
 const SWEEP_EVERY_MS: u64 = 1000;
 
 /// A partition and the channel that tells waiters it changed.
 struct Slot {
     partition: Partition,
     mutations: watch::Sender<u64>,
+    /// Store time of the partition's last change (or of its making).
+    changed_at: u64,
 }
 
 impl Slot {
     /// Record due expiries, waking waiters if any; whether to keep the slot.
-    fn sweep(&mut self, now: u64) -> bool {
+    fn sweep(&mut self, now: u64, retention_ms: u64) -> bool {
         if self.partition.sweep(now) > 0 {
+            self.changed_at = now;
             self.wake();
         }
-        self.worth_keeping()
+        self.worth_keeping(now, retention_ms)
     }
 
     /// Wake the partition's waiters. Nobody subscribed, nobody to wake: a
@@ -46,14 +57,14 @@ impl Slot {
         }
     }
 
-    /// A partition that never had an entry (a rate-limit key) is dropped
-    /// once its meter expires and nobody waits on it, so unused keys do not
-    /// accumulate. One that had entries is kept: its revisions must never
-    /// go back.
-    fn worth_keeping(&self) -> bool {
-        self.partition.revision() > 0
-            || !self.partition.is_empty()
+    /// A partition with a live entry, a meter or a waiter is kept. One that
+    /// had entries is kept for the retention after its last change, so a
+    /// watcher can resume from its revisions; one that never had any (a
+    /// rate-limit key once its meter expired) has nothing to resume from.
+    fn worth_keeping(&self, now: u64, retention_ms: u64) -> bool {
+        !self.partition.is_empty()
             || self.mutations.receiver_count() > 0
+            || (self.partition.revision() > 0 && now < self.changed_at.saturating_add(retention_ms))
     }
 }
 
@@ -68,6 +79,7 @@ struct Partitions {
 pub struct MemoryBackend {
     clock: Arc<dyn Clock>,
     history: usize,
+    retention_ms: u64,
     partitions: Mutex<Partitions>,
 }
 
@@ -83,13 +95,23 @@ impl MemoryBackend {
         MemoryBackend::with_history(clock, DEFAULT_HISTORY)
     }
 
-    /// A store on `clock` whose change feeds keep `history` changes per partition.
+    /// A store on `clock` whose change feeds keep `history` changes per
+    /// partition, and which drops a quiet partition after the default
+    /// retention ([`DEFAULT_RETENTION_MS`]).
     pub fn with_history(clock: Arc<dyn Clock>, history: usize) -> Self {
         MemoryBackend {
             clock,
             history,
+            retention_ms: DEFAULT_RETENTION_MS,
             partitions: Mutex::default(),
         }
+    }
+
+    /// This store, dropping a partition that has no live entry, meter or
+    /// waiter once `retention_ms` have passed since its last change.
+    pub fn with_retention(mut self, retention_ms: u64) -> Self {
+        self.retention_ms = retention_ms;
+        self
     }
 
     /// How many partitions the store holds.
@@ -121,7 +143,10 @@ impl MemoryBackend {
         let now = self.clock.now_ms();
         if now >= partitions.swept_at.saturating_add(SWEEP_EVERY_MS) {
             partitions.swept_at = now;
-            partitions.map.retain(|_, slot| slot.sweep(now));
+            let retention_ms = self.retention_ms;
+            partitions
+                .map
+                .retain(|_, slot| slot.sweep(now, retention_ms));
         }
         // Look up before inserting: `entry` would need an owned name, an
         // allocation on every call for a partition that almost always exists.
@@ -129,6 +154,7 @@ impl MemoryBackend {
             let slot = Slot {
                 partition: Partition::new(self.history),
                 mutations: watch::Sender::new(0),
+                changed_at: now,
             };
             partitions.map.insert(name.to_string(), slot);
         }
@@ -141,9 +167,10 @@ impl MemoryBackend {
         slot.partition.sweep(now);
         let result = f(slot, now);
         if before != (slot.partition.revision(), slot.partition.next_expiry()) {
+            slot.changed_at = now;
             slot.wake();
         }
-        if !slot.worth_keeping() {
+        if !slot.worth_keeping(now, self.retention_ms) {
             partitions.map.remove(name);
         }
         Ok((result, now))

@@ -18,6 +18,11 @@ pub use coord_component::store::{
     MeterMode, MeterReply, MeterRequest, Millis, Outcome, ReadReply, StoreError, WriteReply,
 };
 
+/// How long a partition that went quiet is kept by default, in ms (ten
+/// minutes): the time a watcher can resume from an old revision after the
+/// partition's last entry was deleted or expired. Both backends use it.
+pub const DEFAULT_RETENTION_MS: u64 = 600_000;
+
 /// A revisioned, partitioned key-value store with TTLs (`coord:sync/store`).
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {

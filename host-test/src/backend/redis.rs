@@ -104,7 +104,7 @@ impl RedisConfig {
             url: url.into(),
             prefix: "coord".into(),
             history: coord_component::memory::DEFAULT_HISTORY,
-            retention_ms: 600_000,
+            retention_ms: DEFAULT_RETENTION_MS,
             response_timeout: Duration::from_secs(2),
             recheck: Duration::from_millis(RECHECK_MS),
             blocking_connections: BLOCKING_CONNECTIONS,
