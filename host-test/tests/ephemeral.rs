@@ -376,6 +376,9 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
         .revision;
     let target = Arc::new(AtomicU64::new(0));
     let finished = Arc::new(AtomicUsize::new(0));
+    // How many `next` calls the watchers have completed: the clock below
+    // moves again only once a watcher has acted on its last move.
+    let returned = Arc::new(AtomicU64::new(0));
     let opened = Arc::new(tokio::sync::Barrier::new(4));
 
     // Three watchers, each in its own instance: one replays from a snapshot,
@@ -383,7 +386,7 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
     let mut watchers = Vec::new();
     for kind in 0..3 {
         let (runtime, target, finished) = (runtime.clone(), target.clone(), finished.clone());
-        let opened = opened.clone();
+        let (opened, returned) = (opened.clone(), returned.clone());
         watchers.push(tokio::spawn(async move {
             let mut i = runtime.instantiate().await.unwrap();
             let after = (kind == 1).then_some(start);
@@ -400,7 +403,9 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
                 if goal != 0 && i.watch_revision(&w).await.unwrap() >= goal {
                     break;
                 }
-                if let Some(event) = i.next_event(&w, 10_000).await.unwrap().unwrap() {
+                let next = i.next_event(&w, 10_000).await.unwrap().unwrap();
+                returned.fetch_add(1, Ordering::SeqCst);
+                if let Some(event) = next {
                     assert_ne!(event, Event::ResyncRequired, "history was long enough");
                     events.push(event);
                 }
@@ -460,18 +465,29 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
         .collect();
     assert_eq!(final_state.len(), 2, "the survivor and k0");
     target.store(last.revision, Ordering::SeqCst);
-    // Watchers blocked in a wait wake when their timeout passes on the store's clock.
+    // Watchers blocked in a wait wake when their timeout passes on the
+    // store's clock. Move it when every watcher still running is blocked
+    // there, and again only after one of them has returned from `next`: a
+    // woken watcher counts as waiting until its task runs, and a clock
+    // moved on meanwhile, round after round, would pass the retention and
+    // let the in-memory store drop the quiet tenant under the watchers.
+    let partition = ephemeral_partition("inventory.editors", "doc");
+    let mut moved_at = None;
     let mut rounds = 0;
     while finished.load(Ordering::SeqCst) < 3 {
-        h.advance(10_000);
+        let acted = returned.load(Ordering::SeqCst);
+        let blocked = h.waiting(&partition) >= 3 - finished.load(Ordering::SeqCst);
+        if blocked && moved_at != Some(acted) {
+            h.advance(10_000);
+            moved_at = Some(acted);
+        }
         settle().await;
         rounds += 1;
-        assert!(rounds < 1000, "watchers never caught up");
+        assert!(rounds < 100_000, "watchers never caught up");
     }
 
     // The reference: the tenant's feed up to the last write, read straight
     // from the store (moving the clock since has expired more).
-    let partition = ephemeral_partition("inventory.editors", "doc");
     let feed = h.backend.changes(&partition, start, 10_000).await.unwrap();
     let upto: Vec<_> = feed
         .changes

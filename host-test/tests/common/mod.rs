@@ -68,9 +68,14 @@ impl Harness {
         self.clock.clone()
     }
 
+    /// How many waiters are blocked in `wait` on `partition` right now.
+    pub fn waiting(&self, partition: &str) -> usize {
+        (self.waiters)(partition)
+    }
+
     /// Return once `n` waiters are blocked in `wait` on `partition`.
     pub async fn until_waiting(&self, partition: &str, n: usize) {
-        while (self.waiters)(partition) != n {
+        while self.waiting(partition) != n {
             tokio::task::yield_now().await;
         }
     }
