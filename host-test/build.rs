@@ -33,6 +33,7 @@ fn main() -> anyhow::Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
     let guest_target = target_dir.join("guest");
+    ensure_guest_target()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(root)
@@ -45,7 +46,7 @@ fn main() -> anyhow::Result<()> {
             "coord-component",
         ])
         .args(["-p", "coord-inventory-fn"])
-        .args(["--target", "wasm32-unknown-unknown", "--target-dir"])
+        .args(["--target", GUEST_TARGET, "--target-dir"])
         .arg(&guest_target)
         // The outer build's wrappers (clippy, coverage) and flags are for the host, not the guest.
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
@@ -60,7 +61,7 @@ fn main() -> anyhow::Result<()> {
     );
 
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
-    let release = guest_target.join("wasm32-unknown-unknown/guest");
+    let release = guest_target.join(GUEST_TARGET).join("guest");
     for (module, component) in [
         ("coord_component.wasm", "coord.wasm"),
         ("coord_inventory_fn.wasm", "inventory-fn.wasm"),
@@ -69,6 +70,48 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(out_dir.join(component), &encoded)?;
         std::fs::write(target_dir.join(component), &encoded)?;
     }
+    Ok(())
+}
+
+/// The target the guests are compiled for.
+const GUEST_TARGET: &str = "wasm32-unknown-unknown";
+
+/// Install the guests' target when the toolchain lacks it.
+///
+/// `rust-toolchain.toml` names it, but rustup adds a toolchain file's
+/// targets only when it installs the toolchain itself: on a machine whose
+/// stable toolchain was already there, the README's first command stopped
+/// in this script with "can't find crate for `std`".
+fn ensure_guest_target() -> anyhow::Result<()> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc).args(["--print", "sysroot"]).output()?;
+    anyhow::ensure!(
+        sysroot.status.success(),
+        "`{rustc} --print sysroot` failed: {}",
+        String::from_utf8_lossy(&sysroot.stderr)
+    );
+    let sysroot = PathBuf::from(String::from_utf8(sysroot.stdout)?.trim());
+    if sysroot
+        .join("lib/rustlib")
+        .join(GUEST_TARGET)
+        .join("lib")
+        .is_dir()
+    {
+        return Ok(());
+    }
+    println!("cargo:warning=installing the {GUEST_TARGET} target with rustup (once)");
+    let mut rustup = Command::new("rustup");
+    rustup.args(["target", "add", GUEST_TARGET]);
+    // Under rustup's proxies this names the toolchain this build runs on.
+    if let Ok(toolchain) = std::env::var("RUSTUP_TOOLCHAIN") {
+        rustup.args(["--toolchain", &toolchain]);
+    }
+    let installed = rustup.status().map(|status| status.success());
+    anyhow::ensure!(
+        matches!(installed, Ok(true)),
+        "the {GUEST_TARGET} target is missing and `rustup target add {GUEST_TARGET}` \
+         failed ({installed:?}); install it by hand, or with your toolchain's installer"
+    );
     Ok(())
 }
 

@@ -186,7 +186,8 @@ impl Watch {
         if self.closed {
             return Ok(Some(Event::ResyncRequired));
         }
-        let mut waited = false;
+        // The deadline runs on the store's clock, from the first page read.
+        let mut deadline = None;
         loop {
             if let Some(event) = self.pending.pop_front() {
                 self.delivered = revision_of(&event).unwrap_or(self.delivered);
@@ -209,12 +210,14 @@ impl Watch {
             if !self.pending.is_empty() || full {
                 continue;
             }
-            if waited || timeout_ms == 0 {
+            let deadline = *deadline.get_or_insert(page.now.saturating_add(timeout_ms));
+            if page.now >= deadline {
                 return Ok(None);
             }
-            // Block until the tenant changes (a write or an expiry) or time is up.
-            store.wait(&self.partition, self.position, timeout_ms)?;
-            waited = true;
+            // Block until the tenant changes (a write or an expiry) or time
+            // is up. A wake-up that brings nothing for this watcher (a key
+            // outside its prefix, an early return) waits out the rest.
+            store.wait(&self.partition, self.position, deadline - page.now)?;
         }
     }
 }

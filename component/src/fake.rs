@@ -175,7 +175,7 @@ impl Store for &FakeStore {
 
 /// Entropy that counts up, so owner tokens differ and tests are repeatable.
 #[derive(Default)]
-pub struct CountingEntropy(Cell<u8>);
+pub struct CountingEntropy(pub Cell<u8>);
 
 impl crate::store::Entropy for CountingEntropy {
     fn random_16(&self) -> [u8; 16] {

@@ -20,14 +20,17 @@ use crate::bindings::exports::coord::sync::lock::{
     WaitPolicy,
 };
 use crate::keys::{self, LOCK_HOLDER_KEY};
-use crate::store::{Condition, Entropy, Entry, Guard, Outcome, Store};
+use crate::store::{
+    Condition, Entropy, Entry, Guard, Outcome, ReadReply, Store, StoreError, WriteReply,
+};
 use crate::validate::{self, Invalid, MAX_ID_BYTES, MAX_NAME_BYTES};
 
 /// The TTL when `acquire-options.ttl-ms` is not given (seed 001: 30 s).
 pub const DEFAULT_TTL_MS: u64 = 30_000;
-/// The wait when `acquire-options.wait` is not given (seed 000: ten attempts, 200 ms apart).
+/// The wait when `acquire-options.wait` is not given (seed 000: the first
+/// attempt and up to ten retries, 200 ms apart: 2 s of store time).
 pub const DEFAULT_RETRY: Retry = Retry {
-    max_attempts: 10,
+    max_attempts: 11,
     delay_ms: 200,
 };
 /// The most attempts a `wait-policy.attempts` may ask for.
@@ -43,56 +46,70 @@ pub struct Locks<S, E> {
 
 crate::validate::interface_errors!(Error, InvalidArgument);
 
-/// How many more times, and until when, an acquire keeps trying.
-enum Patience {
-    Attempts {
-        left: u32,
-        delay_ms: u64,
-    },
-    Until {
-        deadline: Option<u64>,
-        timeout_ms: u64,
-    },
+/// How long, and how many more times, an acquire keeps trying.
+///
+/// The budget is store time, counted from the first attempt's reply: a
+/// wake-up that finds the lock still held (another waiter took it first, the
+/// holder extended, the store woke every waiter of the partition) costs only
+/// the time it took, never the rest of the budget. Outside testers saw four
+/// contending processes give up after 0.6-0.8 s of a 2 s default when every
+/// wake-up spent an attempt.
+#[derive(Debug)]
+pub(crate) struct Patience {
+    /// Attempts still owed after the ones made, whatever the time.
+    attempts_left: u32,
+    /// The longest single wait (`delay-ms`); `None` waits out the budget.
+    slice_ms: Option<u64>,
+    /// Store time to keep trying for, from the first reply.
+    budget_ms: u64,
+    /// The first reply's store time plus the budget, once known.
+    deadline: Option<u64>,
 }
 
 impl Patience {
-    fn new(policy: WaitPolicy) -> Self {
+    pub(crate) fn new(policy: WaitPolicy) -> Self {
         match policy {
-            WaitPolicy::NoWait => Patience::Attempts {
-                left: 0,
-                delay_ms: 0,
-            },
-            WaitPolicy::Attempts(retry) => Patience::Attempts {
-                left: retry.max_attempts.saturating_sub(1),
-                delay_ms: retry.delay_ms,
-            },
-            WaitPolicy::Timeout(timeout_ms) => Patience::Until {
+            WaitPolicy::NoWait => Patience {
+                attempts_left: 0,
+                slice_ms: Some(0),
+                budget_ms: 0,
                 deadline: None,
-                timeout_ms,
+            },
+            WaitPolicy::Attempts(retry) => {
+                let retries = retry.max_attempts.saturating_sub(1);
+                Patience {
+                    attempts_left: retries,
+                    slice_ms: Some(retry.delay_ms),
+                    budget_ms: u64::from(retries).saturating_mul(retry.delay_ms),
+                    deadline: None,
+                }
+            }
+            WaitPolicy::Timeout(timeout_ms) => Patience {
+                attempts_left: 0,
+                slice_ms: None,
+                budget_ms: timeout_ms,
+                deadline: None,
             },
         }
     }
 
-    /// After a busy attempt seen at store time `now`: how long to wait for a
-    /// change before the next attempt, or `None` to give up.
-    fn next_wait(&mut self, now: u64) -> Option<u64> {
-        match self {
-            Patience::Attempts { left, delay_ms } => {
-                if *left == 0 {
-                    return None;
-                }
-                *left -= 1;
-                Some(*delay_ms)
-            }
-            Patience::Until {
-                deadline,
-                timeout_ms,
-            } => {
-                // The deadline runs from the first reply, on the store's clock.
-                let deadline = *deadline.get_or_insert(now.saturating_add(*timeout_ms));
-                (now < deadline).then(|| deadline - now)
-            }
+    /// After a busy attempt whose reply came at store time `now`: how long to
+    /// wait for a change before the next attempt, or `None` to give up. It
+    /// gives up only once the budget has passed and every owed attempt was
+    /// made, and never asks to wait past the deadline once none is owed.
+    pub(crate) fn next_wait(&mut self, now: u64) -> Option<u64> {
+        let deadline = *self
+            .deadline
+            .get_or_insert(now.saturating_add(self.budget_ms));
+        let owed = self.attempts_left > 0;
+        self.attempts_left = self.attempts_left.saturating_sub(1);
+        if now >= deadline {
+            // Time is up; a schedule whose waits ran short (delay 0, or a
+            // store that answered late) still makes the attempts it promised.
+            return owed.then(|| self.slice_ms.unwrap_or(0));
         }
+        let rest = deadline - now;
+        Some(self.slice_ms.map_or(rest, |slice| slice.min(rest)))
     }
 }
 
@@ -123,13 +140,14 @@ impl<S: Store, E: Entropy> Locks<S, E> {
         let partition = keys::lock_partition(id, resource);
         let owner = hex(&self.entropy.random_16());
         let mut patience = Patience::new(policy);
-        let mut reply = self.store.put(
+        let first = self.store.put(
             &partition,
             LOCK_HOLDER_KEY,
             owner.as_bytes(),
             Some(ttl_ms),
             &Condition::Absent,
-        )?;
+        );
+        let mut reply = self.or_take_back(first, &partition, &owner)?;
         loop {
             let current = match reply.outcome {
                 Outcome::Applied(entry) => entry,
@@ -139,6 +157,7 @@ impl<S: Store, E: Entropy> Locks<S, E> {
                 // minted per call, so nobody else can hold it.
                 Outcome::Conflict(Some(current)) if current.value == owner.as_bytes() => current,
                 Outcome::Conflict(Some(current)) => {
+                    check_owner_token(&current)?;
                     let holder = holder(&current, reply.now)?;
                     let Some(wait_ms) = patience.next_wait(reply.now) else {
                         return Ok(AcquireOutcome::Busy(holder));
@@ -148,7 +167,7 @@ impl<S: Store, E: Entropy> Locks<S, E> {
                     // store sends the attempt with the wait, so it runs the
                     // moment the wait ends.
                     let wait_ms = wait_ms.min(holder.remaining_ms);
-                    reply = self.store.wait_then_put(
+                    let next = self.store.wait_then_put(
                         &partition,
                         LOCK_HOLDER_KEY,
                         owner.as_bytes(),
@@ -156,7 +175,8 @@ impl<S: Store, E: Entropy> Locks<S, E> {
                         &Condition::Absent,
                         current.revision,
                         wait_ms,
-                    )?;
+                    );
+                    reply = self.or_take_back(next, &partition, &owner)?;
                     continue;
                 }
                 Outcome::Conflict(None) => {
@@ -174,6 +194,60 @@ impl<S: Store, E: Entropy> Locks<S, E> {
                 expires_at: expiry(&current)?,
             }));
         }
+    }
+
+    /// Pass an attempt's reply on; when the store failed, first take back
+    /// what the attempt may have written.
+    ///
+    /// An `unavailable` put may still apply: a request that timed out at
+    /// the host runs when the store wakes. Its owner token was minted by
+    /// this call alone, so a read that finds that token holding the lock
+    /// proves the attempt applied, and a delete guarded by its revision and
+    /// token frees exactly that acquisition, never another owner's. Both
+    /// travel after the attempt (on Redis, on the same connection, which
+    /// runs commands in order), so the lock is free again within a round
+    /// trip of the store's recovery instead of a ghost holder keeping it
+    /// for the whole TTL. Best effort and bounded: one read and at most one
+    /// delete, whose failures leave the original error to the caller.
+    fn or_take_back(
+        &self,
+        reply: Result<WriteReply, StoreError>,
+        partition: &str,
+        owner: &str,
+    ) -> Result<WriteReply, Error> {
+        let error = match reply {
+            Ok(reply) => return Ok(reply),
+            Err(error @ StoreError::Unavailable(_)) => error,
+            Err(other) => return Err(other.into()),
+        };
+        if let Ok(ReadReply {
+            entry: Some(entry), ..
+        }) = self.store.get(partition, LOCK_HOLDER_KEY)
+            && entry.value == owner.as_bytes()
+        {
+            let _ = self.store.delete(
+                partition,
+                LOCK_HOLDER_KEY,
+                &Condition::RevisionAndValue(Guard {
+                    revision: entry.revision,
+                    value: entry.value,
+                }),
+            );
+        }
+        Err(error.into())
+    }
+
+    /// `is-held` of `coord:sync/lock`: whether this acquisition (owner and
+    /// fence) still holds the lock, from one read.
+    pub fn is_held(&self, lock: &HeldLock) -> Result<bool, Error> {
+        check_held(lock)?;
+        let reply = self.store.get(
+            &keys::lock_partition(&lock.id, &lock.resource),
+            LOCK_HOLDER_KEY,
+        )?;
+        Ok(reply.entry.is_some_and(|entry| {
+            entry.revision == lock.fence && entry.value == lock.owner.as_bytes()
+        }))
     }
 
     /// `release` of `coord:sync/lock`: `true` when this call freed the lock.
@@ -213,7 +287,10 @@ impl<S: Store, E: Entropy> Locks<S, E> {
             .get(&keys::lock_partition(id, resource), LOCK_HOLDER_KEY)?;
         reply
             .entry
-            .map(|entry| holder(&entry, reply.now))
+            .map(|entry| {
+                check_owner_token(&entry)?;
+                holder(&entry, reply.now)
+            })
             .transpose()
     }
 
@@ -241,6 +318,25 @@ fn expiry(entry: &Entry) -> Result<u64, Error> {
     entry
         .expires_at
         .ok_or_else(|| Error::Internal("a lock entry has no expiry".into()))
+}
+
+/// A lock entry holds an owner token, as `acquire` wrote it; anything else
+/// (a key written by another program, a corrupted value) is the store
+/// breaking its contract, not a holder to wait for.
+fn check_owner_token(entry: &Entry) -> Result<(), Error> {
+    if is_owner_token(&entry.value) {
+        return Ok(());
+    }
+    Err(Error::Internal(format!(
+        "the lock entry is not an owner token ({} bytes at revision {})",
+        entry.value.len(),
+        entry.revision
+    )))
+}
+
+/// 32 lowercase hex digits.
+fn is_owner_token(bytes: &[u8]) -> bool {
+    bytes.len() == 32 && bytes.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 fn holder(entry: &Entry, now: u64) -> Result<Holder, Error> {
@@ -287,12 +383,7 @@ fn check_wait(policy: &WaitPolicy) -> Result<(), Invalid> {
 /// corrupted one is rejected by name before the store is asked.
 fn check_held(lock: &HeldLock) -> Result<(), Invalid> {
     check_names(&lock.id, &lock.resource, "lock.id", "lock.resource")?;
-    if lock.owner.len() != 32
-        || !lock
-            .owner
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    {
+    if !is_owner_token(lock.owner.as_bytes()) {
         return Err(Invalid::new(
             "lock.owner",
             "must be 32 lowercase hex digits",

@@ -124,6 +124,9 @@ impl LockGuest for Component {
     fn extend(lock: HeldLock, ttl_ms: Option<u64>) -> Result<ExtendOutcome, Error> {
         locks().extend(&lock, ttl_ms)
     }
+    fn is_held(lock: HeldLock) -> Result<bool, Error> {
+        locks().is_held(&lock)
+    }
     fn inspect(id: String, resource: String) -> Result<Option<Holder>, Error> {
         locks().inspect(&id, &resource)
     }

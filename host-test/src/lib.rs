@@ -219,6 +219,13 @@ impl Instance {
         lock.call_extend(&mut self.store, held, ttl_ms).await
     }
 
+    /// `coord:sync/lock.is-held`: whether this acquisition still holds its
+    /// lock (the commit-point check before a write).
+    pub async fn is_held(&mut self, held: &lock::HeldLock) -> LockResult<bool> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_is_held(&mut self.store, held).await
+    }
+
     /// `coord:sync/lock.inspect`.
     pub async fn inspect(&mut self, id: &str, resource: &str) -> LockResult<Option<lock::Holder>> {
         let lock = self.coordinator.coord_sync_lock();

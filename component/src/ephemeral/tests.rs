@@ -209,3 +209,40 @@ fn invalid_arguments_are_named() {
         matches!(watch.next(&&store, u64::MAX), Err(Error::InvalidArgument(InvalidArgument { field, .. })) if field == "timeout-ms")
     );
 }
+
+#[test]
+fn next_answers_none_only_once_its_timeout_has_passed_on_the_store_clock() {
+    let store = FakeStore::new(T0);
+    let eph = Ephemeral::new(&store);
+    let mut watch = eph.watch(&space(), "t", Some("mine/"), Some(0)).unwrap();
+    // While the watcher waits, another writer changes a key outside its
+    // prefix, twice: each change wakes the wait with nothing for it.
+    let writes = std::rc::Rc::new(std::cell::Cell::new(0));
+    let counted = writes.clone();
+    store.during_wait(move |s| {
+        if counted.get() < 2 {
+            counted.set(counted.get() + 1);
+            s.advance(50);
+            Ephemeral::new(s)
+                .upsert(&space(), "t", "theirs", b"1")
+                .unwrap();
+        }
+    });
+    assert!(watch.next(&&store, 300).unwrap().is_none());
+    assert_eq!(writes.get(), 2, "both wake-ups happened");
+    assert_eq!(
+        store.clock(),
+        T0 + 300,
+        "none after the whole 300 ms of store time, not at the first wake-up"
+    );
+    // An event for the watcher still ends the wait at once.
+    store.during_wait(|s| {
+        Ephemeral::new(s)
+            .upsert(&space(), "t", "mine/a", b"1")
+            .unwrap();
+    });
+    let before = store.clock();
+    let event = watch.next(&&store, 300).unwrap();
+    assert!(matches!(event, Some(Event::Upsert(e)) if e.key == "mine/a"));
+    assert_eq!(store.clock(), before, "no time passed");
+}

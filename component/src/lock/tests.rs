@@ -255,7 +255,7 @@ fn attempts_and_timeouts_give_up_with_busy() {
     assert_eq!(store.clock(), T0 + 1400);
     assert_eq!(holder.remaining_ms, 60_000 - 1400);
 
-    // The default is ten attempts, 200 ms apart.
+    // The default is the first attempt and ten retries, 200 ms apart: 2 s.
     busy(
         l.acquire(
             "stock",
@@ -267,7 +267,7 @@ fn attempts_and_timeouts_give_up_with_busy() {
         )
         .unwrap(),
     );
-    assert_eq!(store.clock(), T0 + 1400 + 9 * 200);
+    assert_eq!(store.clock(), T0 + 1400 + 2000);
 }
 
 #[test]
@@ -439,4 +439,286 @@ fn owner_tokens_are_two_lowercase_hex_digits_per_byte() {
     let bytes: Vec<u8> = (0..=255).collect();
     let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(hex(&bytes), expected);
+}
+
+#[test]
+fn wake_ups_that_find_the_lock_held_again_do_not_spend_the_waiters_budget() {
+    // Outside testers: four contending processes gave up after 0.6-0.8 s of
+    // the 2 s default, because each wake-up (another waiter's acquisition)
+    // spent an attempt. Here every wait is woken 10 ms in by a new holder.
+    let store = FakeStore::new(T0);
+    let l = locks(&store);
+    acquired(l.acquire("stock", "item:1", once(60_000)).unwrap());
+    let handoffs = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let counted = handoffs.clone();
+    store.during_wait(move |s| {
+        s.advance(10);
+        let other = Locks::new(s, CountingEntropy(std::cell::Cell::new(100)));
+        other.force_release("stock", "item:1").unwrap();
+        acquired(other.acquire("stock", "item:1", once(60_000)).unwrap());
+        counted.set(counted.get() + 1);
+    });
+    let holder = busy(
+        l.acquire(
+            "stock",
+            "item:1",
+            AcquireOptions {
+                ttl_ms: None,
+                wait: None,
+            },
+        )
+        .unwrap(),
+    );
+    assert!(
+        store.clock() >= T0 + 2000,
+        "kept trying for the default's 2 s, gave up after {} ms",
+        store.clock() - T0
+    );
+    assert!(store.clock() <= T0 + 2010, "and not much longer");
+    assert!(handoffs.get() >= 200, "woken {} times", handoffs.get());
+    assert!(holder.fence > 0);
+}
+
+#[test]
+fn a_lock_entry_that_is_not_an_owner_token_is_internal_never_busy() {
+    for corrupt in [&b"not-an-owner-token!"[..], &[0xff, 0xfe, 0x00][..]] {
+        let store = FakeStore::new(T0);
+        let partition = keys::lock_partition("stock", "item:1");
+        (&store)
+            .put(
+                &partition,
+                LOCK_HOLDER_KEY,
+                corrupt,
+                Some(10_000),
+                &Condition::Absent,
+            )
+            .unwrap();
+        let l = locks(&store);
+        assert!(
+            matches!(
+                l.acquire("stock", "item:1", once(1000)),
+                Err(Error::Internal(_))
+            ),
+            "acquire over {corrupt:?}"
+        );
+        assert!(
+            matches!(l.inspect("stock", "item:1"), Err(Error::Internal(_))),
+            "inspect over {corrupt:?}"
+        );
+    }
+}
+
+#[test]
+fn is_held_answers_for_exactly_this_owner_at_this_fence_in_one_read() {
+    let store = FakeStore::new(T0);
+    let l = locks(&store);
+    let lock = acquired(l.acquire("stock", "item:1", once(1000)).unwrap());
+    let calls = store.calls.get();
+    assert!(l.is_held(&lock).unwrap());
+    assert_eq!(store.calls.get(), calls + 1, "one store read");
+
+    let forged_fence = HeldLock {
+        fence: u64::MAX,
+        ..lock.clone()
+    };
+    assert!(!l.is_held(&forged_fence).unwrap(), "a fence never issued");
+    let forged_owner = HeldLock {
+        owner: "0".repeat(32),
+        ..lock.clone()
+    };
+    assert!(!l.is_held(&forged_owner).unwrap(), "someone else's token");
+
+    store.advance(1000);
+    assert!(!l.is_held(&lock).unwrap(), "expired on the store's clock");
+    let next = acquired(l.acquire("stock", "item:1", once(1000)).unwrap());
+    assert!(!l.is_held(&lock).unwrap(), "after a new holder took it");
+    assert!(l.is_held(&next).unwrap());
+    assert!(l.release(&next).unwrap());
+    assert!(!l.is_held(&next).unwrap(), "after its release");
+    assert_eq!(
+        invalid_field(l.is_held(&HeldLock {
+            fence: 0,
+            ..next.clone()
+        })),
+        "lock.fence"
+    );
+}
+
+/// The fake store, but after `passing` puts the next `failing` ones answer
+/// `unavailable`; with `applied`, each is applied first (a request that
+/// timed out at the host and ran when the store woke).
+struct TimesOut<'a> {
+    inner: &'a FakeStore,
+    passing: std::cell::Cell<u32>,
+    failing: std::cell::Cell<u32>,
+    applied: bool,
+}
+
+impl TimesOut<'_> {
+    fn fails_now(&self) -> bool {
+        if self.passing.get() > 0 {
+            self.passing.set(self.passing.get() - 1);
+            return false;
+        }
+        self.failing.get() > 0
+    }
+
+    fn fail<T>(&self, reply: Result<T, StoreError>, fails: bool) -> Result<T, StoreError> {
+        if !fails {
+            return reply;
+        }
+        self.failing.set(self.failing.get() - 1);
+        Err(StoreError::Unavailable("redis: timed out".into()))
+    }
+}
+
+impl Store for &TimesOut<'_> {
+    fn now(&self) -> Result<u64, StoreError> {
+        self.inner.now()
+    }
+    fn get(&self, p: &str, k: &str) -> Result<ReadReply, StoreError> {
+        self.inner.get(p, k)
+    }
+    fn list(&self, p: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        self.inner.list(p, prefix)
+    }
+    fn put(
+        &self,
+        p: &str,
+        k: &str,
+        v: &[u8],
+        ttl: Option<u64>,
+        c: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let fails = self.fails_now();
+        if fails && !self.applied {
+            return self.fail(Err(StoreError::Unavailable(String::new())), true);
+        }
+        let reply = self.inner.put(p, k, v, ttl, c);
+        self.fail(reply, fails)
+    }
+    fn delete(&self, p: &str, k: &str, c: &Condition) -> Result<WriteReply, StoreError> {
+        self.inner.delete(p, k, c)
+    }
+    fn touch(&self, p: &str, k: &str, ttl: u64, c: &Condition) -> Result<WriteReply, StoreError> {
+        self.inner.touch(p, k, ttl, c)
+    }
+    fn changes(&self, p: &str, after: u64, max: u32) -> Result<ChangesReply, StoreError> {
+        self.inner.changes(p, after, max)
+    }
+    fn meter(&self, p: &str, k: &str, r: &MeterRequest) -> Result<MeterReply, StoreError> {
+        self.inner.meter(p, k, r)
+    }
+    fn wait(&self, p: &str, after: u64, timeout: u64) -> Result<u64, StoreError> {
+        self.inner.wait(p, after, timeout)
+    }
+}
+
+#[test]
+fn an_acquire_that_timed_out_but_applied_takes_back_its_lock() {
+    // Outside testers: during `DEBUG SLEEP 3` an acquire answered
+    // unavailable after 2 s, then applied when Redis woke, and for the
+    // lock's whole TTL every request was busy behind a holder nobody had.
+    let store = FakeStore::new(T0);
+    let flaky = TimesOut {
+        inner: &store,
+        passing: std::cell::Cell::new(0),
+        failing: std::cell::Cell::new(1),
+        applied: true,
+    };
+    let l = Locks::new(&flaky, CountingEntropy::default());
+    assert!(matches!(
+        l.acquire("stock", "item:1", once(10_000)),
+        Err(Error::Unavailable(_))
+    ));
+    assert_eq!(
+        locks(&store).inspect("stock", "item:1").unwrap(),
+        None,
+        "free again at once, not after the 10 s TTL"
+    );
+
+    // A waiter's attempt that timed out after the release let it in: the
+    // same, through wait-then-put.
+    let holder = acquired(locks(&store).acquire("stock", "item:1", once(500)).unwrap());
+    flaky.passing.set(1); // the first attempt finds the holder
+    flaky.failing.set(1);
+    let waiting = AcquireOptions {
+        ttl_ms: Some(10_000),
+        wait: Some(WaitPolicy::Timeout(1000)),
+    };
+    assert!(matches!(
+        l.acquire("stock", "item:1", waiting),
+        Err(Error::Unavailable(_))
+    ));
+    assert_eq!(locks(&store).inspect("stock", "item:1").unwrap(), None);
+    assert!(store.clock() >= T0 + 500, "it waited out the holder first");
+    assert!(holder.fence > 0);
+}
+
+#[test]
+fn taking_back_a_failed_attempt_never_frees_another_owner() {
+    let store = FakeStore::new(T0);
+    let other = acquired(
+        locks(&store)
+            .acquire("stock", "item:1", once(10_000))
+            .unwrap(),
+    );
+    let flaky = TimesOut {
+        inner: &store,
+        passing: std::cell::Cell::new(0),
+        failing: std::cell::Cell::new(1),
+        applied: false,
+    };
+    let l = Locks::new(&flaky, CountingEntropy(std::cell::Cell::new(50)));
+    assert!(matches!(
+        l.acquire("stock", "item:1", once(10_000)),
+        Err(Error::Unavailable(_))
+    ));
+    let holder = locks(&store).inspect("stock", "item:1").unwrap();
+    assert_eq!(
+        holder.map(|h| h.fence),
+        Some(other.fence),
+        "still the other owner's"
+    );
+}
+
+proptest::proptest! {
+    /// Over any sequence of wake-ups (each wait ends anywhere from at once
+    /// to its full length), an attempts or timeout policy gives up only
+    /// after its whole budget of store time and its promised attempts, asks
+    /// for no wait longer than `delay-ms`, and ends at its deadline.
+    #[test]
+    fn a_wait_policy_spends_its_whole_budget_whatever_wakes_it(
+        max_attempts in 1u32..30,
+        delay_ms in 0u64..500,
+        timeout in proptest::option::of(0u64..5000),
+        wakes in proptest::collection::vec(0.0f64..=1.0, 0..400),
+    ) {
+        let (policy, budget, owed) = match timeout {
+            Some(ms) => (WaitPolicy::Timeout(ms), ms, 1),
+            None => (
+                WaitPolicy::Attempts(Retry { max_attempts, delay_ms }),
+                u64::from(max_attempts - 1) * delay_ms,
+                max_attempts,
+            ),
+        };
+        let mut patience = Patience::new(policy);
+        let (start, mut now, mut attempts) = (T0, T0, 1u32);
+        // Past the generated wake-ups, every wait runs its full length.
+        let mut fractions = wakes.into_iter().chain(std::iter::repeat(1.0));
+        while let Some(wait) = patience.next_wait(now) {
+            if timeout.is_none() {
+                proptest::prop_assert!(wait <= delay_ms, "asked to wait {wait} > {delay_ms}");
+            }
+            proptest::prop_assert!(now + wait <= start + budget || attempts < owed,
+                "waits past the deadline with no attempt owed");
+            let fraction = fractions.next().unwrap_or(1.0);
+            now += (wait as f64 * fraction) as u64;
+            attempts += 1;
+            proptest::prop_assert!(attempts < 100_000, "never ends");
+        }
+        proptest::prop_assert!(now >= start + budget, "gave up after {} of {budget} ms", now - start);
+        proptest::prop_assert!(attempts >= owed, "{attempts} of {owed} attempts");
+        proptest::prop_assert!(now <= start + budget, "went on to {} past {budget} ms", now - start);
+    }
 }

@@ -85,4 +85,25 @@ proptest! {
             prop_assert!(total <= 2 * u64::from(limit));
         }
     }
+
+    #[test]
+    fn sliding_window_allows_the_limit_per_aligned_window_and_twice_it_in_any_span(
+        (limit, window, trace) in traces()
+    ) {
+        // The disclosed worst case (README): the counter never lets more
+        // than the limit into one aligned window, so any span of one window
+        // (which meets two of them) sees at most twice the limit.
+        let allowed = allowed(MeterAlgorithm::SlidingWindow, limit, window, &trace);
+        let mut per_window = std::collections::BTreeMap::new();
+        for &(t, cost) in &allowed {
+            *per_window.entry(t / window).or_insert(0u64) += cost;
+        }
+        for (w, total) in per_window {
+            prop_assert!(total <= u64::from(limit), "window {w}: {total} > {limit}");
+        }
+        for i in 0..allowed.len() {
+            let total: u64 = allowed[i..].iter().take_while(|(t, _)| *t < allowed[i].0 + window).map(|(_, c)| c).sum();
+            prop_assert!(total <= 2 * u64::from(limit));
+        }
+    }
 }

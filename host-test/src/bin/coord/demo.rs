@@ -139,7 +139,7 @@ pub async fn run(
     Ok(())
 }
 
-/// Acquire `item`, waiting (the default policy: ten attempts, woken by a
+/// Acquire `item`, waiting (the default policy: 2 s of retries, woken by a
 /// release) if another instance or process holds it.
 async fn acquire_waiting(
     instance: &mut Instance,
