@@ -19,28 +19,18 @@ use coord_host::backend::{
 use coord_host::lock::*;
 use coord_host::{Instance, Runtime};
 
-async fn shared_backend(
-    config: impl FnOnce(RedisConfig) -> RedisConfig,
-) -> (Arc<RedisBackend>, Option<RedisServer>) {
-    let (url, server) = redis_url().await;
+async fn shared_backend(config: impl FnOnce(RedisConfig) -> RedisConfig) -> Arc<RedisBackend> {
+    let url = redis_url().await;
     let backend = RedisBackend::connect(config(redis_config(&url, 64, None)))
         .await
         .unwrap();
-    (Arc::new(backend), server)
+    Arc::new(backend)
 }
 
 /// A backend on the shared Redis with its own prefix and `retention_ms`, an
 /// instance of the component on it, and the prefix and URL (to inspect keys).
-async fn with_retention(
-    retention_ms: u64,
-) -> (
-    Arc<RedisBackend>,
-    Instance,
-    String,
-    String,
-    Option<RedisServer>,
-) {
-    let (url, server) = redis_url().await;
+async fn with_retention(retention_ms: u64) -> (Arc<RedisBackend>, Instance, String, String) {
+    let url = redis_url().await;
     let config = RedisConfig {
         retention_ms,
         ..redis_config(&url, 64, None)
@@ -52,7 +42,7 @@ async fn with_retention(
         .instantiate()
         .await
         .unwrap();
-    (backend, instance, prefix, url, server)
+    (backend, instance, prefix, url)
 }
 
 async fn private_server() -> (RedisServer, Arc<RedisBackend>) {
@@ -198,7 +188,7 @@ async fn every_key_of_a_partition_hashes_to_one_cluster_slot() {
         matches!(backend, Err(StoreError::Unavailable(_))),
         "nothing listens on port 1"
     );
-    let (backend, _server) = shared_backend(|c| c).await;
+    let backend = shared_backend(|c| c).await;
     let partitions = [
         "lock:1:a:b",
         "x{y}z",
@@ -225,7 +215,7 @@ async fn every_key_of_a_partition_hashes_to_one_cluster_slot() {
 #[tokio::test]
 async fn every_key_carries_a_ttl_so_nothing_leaks() {
     bounded(async {
-        let (backend, mut i, prefix, url, _server) = with_retention(5_000).await;
+        let (backend, mut i, prefix, url) = with_retention(5_000).await;
         let lock = held(acquire(&mut i, no_wait(3_000)).await);
         assert!(i.release(&lock).await.unwrap().unwrap());
         held(acquire(&mut i, no_wait(3_000)).await);
@@ -372,7 +362,7 @@ async fn a_stopped_server_is_unavailable_and_work_resumes_when_it_returns() {
 async fn a_waiter_is_woken_by_the_published_change_not_by_its_recheck() {
     bounded(async {
         // A re-check an hour apart: only the notification can wake the waiter.
-        let (backend, _server) = shared_backend(|c| RedisConfig {
+        let backend = shared_backend(|c| RedisConfig {
             recheck: Duration::from_secs(3600),
             ..c
         })
@@ -393,7 +383,7 @@ async fn a_waiter_is_woken_by_the_published_change_not_by_its_recheck() {
 #[tokio::test]
 async fn a_lost_notification_delays_a_waiter_only_until_its_recheck() {
     bounded(async {
-        let (backend, _server) = shared_backend(|c| RedisConfig {
+        let backend = shared_backend(|c| RedisConfig {
             recheck: Duration::from_millis(50),
             ..c
         })
@@ -407,7 +397,7 @@ async fn a_lost_notification_delays_a_waiter_only_until_its_recheck() {
         }
         // Change the partition with the notification lost: the same script on
         // the same keys, publishing to a channel nobody listens on.
-        let (url, _s) = redis_url().await;
+        let url = redis_url().await;
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let [e_key, x, f, _channel] = backend.keys("p");
@@ -440,7 +430,7 @@ async fn a_lost_notification_delays_a_waiter_only_until_its_recheck() {
 #[tokio::test]
 async fn expiry_runs_on_redis_time_and_wakes_a_waiter() {
     bounded(async {
-        let (backend, _server) = shared_backend(|c| c).await;
+        let backend = shared_backend(|c| c).await;
         let before = backend.now().await.unwrap();
         let system = coord_host::clock::Clock::now_ms(&coord_host::clock::SystemClock);
         assert!(
@@ -496,7 +486,7 @@ async fn after_every_ttl_and_the_retention_pass_no_key_remains() {
     bounded(async {
         // Redis's own key expiry runs on real time: a short TTL and retention
         // keep this to a fraction of a second.
-        let (backend, mut i, prefix, url, _server) = with_retention(50).await;
+        let (backend, mut i, prefix, url) = with_retention(50).await;
         held(acquire(&mut i, no_wait(50)).await);
         backend
             .put("eph", "a", b"v", Some(50), &Condition::Always)
@@ -534,7 +524,7 @@ async fn after_every_ttl_and_the_retention_pass_no_key_remains() {
 #[tokio::test]
 async fn a_rate_limit_key_expires_two_windows_after_its_last_use() {
     bounded(async {
-        let (url, _server) = redis_url().await;
+        let url = redis_url().await;
         let config = redis_config(&url, 64, None);
         let prefix = config.prefix.clone();
         let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
@@ -696,7 +686,7 @@ async fn a_stall_longer_than_the_ttl_is_unavailable_and_the_late_holder_loses() 
 #[tokio::test]
 async fn the_feed_keeps_exactly_its_history_and_its_stream_stays_bounded() {
     bounded(async {
-        let (url, _server) = redis_url().await;
+        let url = redis_url().await;
         let backend = RedisBackend::connect(redis_config(&url, 64, None))
             .await
             .unwrap();
@@ -806,7 +796,7 @@ async fn a_sweep_of_more_entries_than_one_slice_expires_exactly_the_due_ones() {
 #[tokio::test]
 async fn an_entry_without_ttl_keeps_its_partition_until_it_is_gone() {
     bounded(async {
-        let (url, _server) = redis_url().await;
+        let url = redis_url().await;
         let backend = RedisBackend::connect(redis_config(&url, 64, None))
             .await
             .unwrap();
@@ -986,7 +976,7 @@ async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
 #[tokio::test]
 async fn a_partition_in_an_older_layout_is_refused_not_misread() {
     bounded(async {
-        let (url, _server) = redis_url().await;
+        let url = redis_url().await;
         let backend = RedisBackend::connect(redis_config(&url, 64, None))
             .await
             .unwrap();
@@ -1031,7 +1021,7 @@ async fn a_partition_in_an_older_layout_is_refused_not_misread() {
 #[tokio::test]
 async fn a_rate_limit_counted_in_the_older_text_layout_keeps_its_count() {
     bounded(async {
-        let (url, _server) = redis_url().await;
+        let url = redis_url().await;
         let backend = RedisBackend::connect(redis_config(&url, 64, None))
             .await
             .unwrap();
@@ -1225,7 +1215,7 @@ async fn a_cancelled_wait_then_put_never_puts_and_its_connection_is_not_reused()
 #[tokio::test]
 async fn a_wait_then_put_that_times_out_still_puts_once() {
     bounded(async {
-        let (backend, _server) = shared_backend(|c| c).await;
+        let backend = shared_backend(|c| c).await;
         let held = put(&backend, "k", b"holder", Some(60_000)).await;
         let reply = wait_then_create(&backend, b"waiter", held.revision, 20)
             .await
@@ -1266,7 +1256,7 @@ async fn a_wait_then_put_after_a_script_flush_loads_the_script_and_puts() {
 #[tokio::test]
 async fn with_no_blocking_connection_free_wait_then_put_waits_on_notifications() {
     bounded(async {
-        let (backend, _server) = shared_backend(|c| RedisConfig {
+        let backend = shared_backend(|c| RedisConfig {
             blocking_connections: 0,
             ..c
         })

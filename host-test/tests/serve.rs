@@ -95,12 +95,11 @@ impl Reply {
 struct Prefix {
     url: String,
     name: String,
-    _server: Option<common::RedisServer>,
 }
 
 impl Prefix {
     async fn new(test: &str) -> Prefix {
-        let (url, server) = common::redis_url().await;
+        let url = common::redis_url().await;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -108,7 +107,6 @@ impl Prefix {
         Prefix {
             url,
             name: format!("serve-{test}-{}-{nanos}", std::process::id()),
-            _server: server,
         }
     }
 }

@@ -15,6 +15,7 @@ use coord_host::clock::ManualClock;
 
 pub mod history;
 mod redis_server;
+#[allow(unused_imports)] // not every suite starts a private server
 pub use redis_server::{RedisServer, redis_url};
 
 /// Where the manual clocks start: an ordinary Unix time in milliseconds.
@@ -30,8 +31,6 @@ pub struct Harness {
     /// drops (tests share the machine's Redis; partitions without a TTL
     /// would otherwise stay there).
     cleanup: Option<(String, String)>,
-    /// A Redis server this harness started, stopped when the harness drops.
-    _server: Option<RedisServer>,
 }
 
 impl Drop for Harness {
@@ -90,7 +89,6 @@ pub fn memory(history: usize) -> Harness {
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
         cleanup: None,
-        _server: None,
     }
 }
 
@@ -111,7 +109,7 @@ pub fn redis_config(url: &str, history: usize, clock: Option<Arc<ManualClock>>) 
 /// The Redis backend on a real server (see [`redis_url`]), with its "now"
 /// taken from a manual clock so TTL tests move time instead of sleeping.
 pub async fn redis(history: usize) -> Harness {
-    let (url, server) = redis_url().await;
+    let url = redis_url().await;
     let clock = Arc::new(ManualClock::new(T0));
     let config = redis_config(&url, history, Some(clock.clone()));
     let cleanup = Some((url.clone(), config.prefix.clone()));
@@ -125,7 +123,6 @@ pub async fn redis(history: usize) -> Harness {
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
         cleanup,
-        _server: server,
     }
 }
 

@@ -1,10 +1,13 @@
 //! Finding a Redis server for tests: `REDIS_URL`, else 127.0.0.1:6379, else a
-//! `redis-server` spawned on a free port in a temporary directory and stopped
-//! when dropped. A missing Redis fails the test; it never skips.
+//! `redis-server` spawned on a free port in a temporary directory, one per
+//! test process, stopped when the process exits. Tests that stop or restart
+//! a server spawn a private [`RedisServer`], killed on drop. A missing Redis
+//! fails the test; it never skips.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Whether a Redis server answers `PING` at `url`.
@@ -25,23 +28,75 @@ pub async fn answers(url: &str) -> bool {
     )
 }
 
-/// A Redis URL to test against, and the server if this call started one.
-pub async fn redis_url() -> (String, Option<RedisServer>) {
-    if let Ok(url) = std::env::var("REDIS_URL") {
+/// An environment variable's value, if it is set and not empty: an empty
+/// variable is unset, as every tool treats it (`REDIS_URL=` once made 22
+/// tests fail with "`REDIS_URL=` does not answer PING").
+pub fn env_url(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|url| !url.trim().is_empty())
+}
+
+/// The Redis URL to test against: `REDIS_URL` (unless empty), else
+/// 127.0.0.1:6379 if it answers, else one `redis-server` that this test
+/// process starts on first use and every later call shares. Sharing
+/// matters: a test that calls this twice (one backend that writes, one that
+/// waits) must reach one server, not two.
+pub async fn redis_url() -> String {
+    if let Some(url) = env_url("REDIS_URL") {
         assert!(answers(&url).await, "REDIS_URL={url} does not answer PING");
-        return (url, None);
+        return url;
     }
     let local = "redis://127.0.0.1:6379";
     if answers(local).await {
-        return (local.to_string(), None);
+        return local.to_string();
     }
-    match RedisServer::spawn() {
-        Ok(server) => (server.url(), Some(server)),
+    static SHARED: OnceLock<Result<String, String>> = OnceLock::new();
+    match SHARED.get_or_init(spawn_for_this_process) {
+        Ok(url) => url.clone(),
         Err(why) => panic!(
             "no Redis for the Redis suite: REDIS_URL is unset, 127.0.0.1:6379 does not answer, \
              and redis-server could not be started ({why}). Install redis-server or set REDIS_URL."
         ),
     }
+}
+
+/// Start the server [`redis_url`] shares, under a shell that kills it when
+/// this process exits: the shell's standard input is a pipe this process
+/// never closes, so it reads end-of-file only once the process is gone.
+fn spawn_for_this_process() -> Result<String, String> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let dir = std::env::temp_dir().join(format!("coord-redis-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let script = format!(
+        "redis-server --bind 127.0.0.1 --port {port} --save '' --appendonly no --dir . \
+         >/dev/null 2>&1 & server=$!; cat >/dev/null; kill $server; wait; cd /; rm -rf '{}'",
+        dir.display()
+    );
+    let mut shell = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("sh: {e}"))?;
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if started.elapsed() > Duration::from_secs(10) {
+            return Err("redis-server did not listen within 10 s".into());
+        }
+        if let Ok(Some(status)) = shell.try_wait() {
+            return Err(format!("redis-server exited: {status}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Kept open for the life of the process (a static is never dropped).
+    std::mem::forget(shell.stdin.take());
+    Ok(format!("redis://127.0.0.1:{port}"))
 }
 
 /// A `redis-server` this test started, with no persistence, killed on drop.

@@ -62,7 +62,11 @@ async fn main() -> wasmtime::Result<()> {
                 .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
         })
         .unwrap_or_else(|| {
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+            std::env::var("REDIS_URL")
+                .ok()
+                // An empty variable is unset, as every tool treats it.
+                .filter(|url| !url.trim().is_empty())
+                .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
         });
     let effort = if quick {
         Effort {

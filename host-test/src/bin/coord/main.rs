@@ -68,6 +68,15 @@ enum Command {
     },
 }
 
+/// The Redis URL `--redis` without one means: `$REDIS_URL`, unless it is
+/// unset or empty (an empty variable is unset, as every tool treats it),
+/// else the local default.
+fn default_redis_url(from_env: Option<String>) -> String {
+    from_env
+        .filter(|url| !url.trim().is_empty())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
+}
+
 fn parse(args: &[String]) -> Result<Command, String> {
     let (command, rest) = args.split_first().ok_or("no command given")?;
     let mut function = None;
@@ -87,9 +96,8 @@ fn parse(args: &[String]) -> Result<Command, String> {
             "--redis" => {
                 // The URL is optional: take the next argument only if it is one.
                 let url = rest.next_if(|next| next.contains("://")).cloned();
-                redis = Some(url.unwrap_or_else(|| {
-                    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-                }));
+                redis =
+                    Some(url.unwrap_or_else(|| default_redis_url(std::env::var("REDIS_URL").ok())));
             }
             "--prefix" => prefix = Some(value("--prefix")?),
             "--listen" => listen = Some(value("--listen")?),
@@ -259,4 +267,26 @@ fn compose(function: &str, out: &str) -> wasmtime::Result<()> {
         composed.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_redis_url_variable_is_unset() {
+        assert_eq!(default_redis_url(None), "redis://127.0.0.1:6379");
+        assert_eq!(
+            default_redis_url(Some(String::new())),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(
+            default_redis_url(Some("  ".into())),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(
+            default_redis_url(Some("redis://db:6380".into())),
+            "redis://db:6380"
+        );
+    }
 }
