@@ -26,6 +26,7 @@ per_backend!(
     a_lock_serialized_in_one_instance_is_released_from_another,
     force_release_frees_the_lock_and_the_old_holder_loses_it,
     invalid_input_gets_an_error_naming_the_field,
+    a_lock_entry_that_is_not_an_owner_token_is_internal_never_busy,
 );
 
 async fn instance(runtime: &Runtime) -> Instance {
@@ -382,4 +383,39 @@ async fn in_memory_fences_stay_monotonic_across_a_restart_that_lost_the_data() {
         );
     })
     .await
+}
+
+/// Outside testers wrote `not-an-owner-token!` (and `ff fe 00`) under a
+/// lock's key: `acquire` answered `busy` and `inspect` a holder, where the
+/// WIT promises `internal`.
+async fn a_lock_entry_that_is_not_an_owner_token_is_internal_never_busy(h: Harness) {
+    let rt = runtime(&h);
+    let mut i = instance(&rt).await;
+    for (n, corrupt) in [&b"not-an-owner-token!"[..], &[0xff, 0xfe, 0x00][..]]
+        .into_iter()
+        .enumerate()
+    {
+        let resource = format!("item:corrupt-{n}");
+        let partition = lock_partition("inventory.stock", &resource);
+        h.backend
+            .put(
+                &partition,
+                coord_component::keys::LOCK_HOLDER_KEY,
+                corrupt,
+                Some(10_000),
+                &coord_host::backend::Condition::Always,
+            )
+            .await
+            .unwrap();
+        let acquired = i
+            .acquire("inventory.stock", &resource, no_wait(1000))
+            .await
+            .unwrap();
+        assert!(matches!(acquired, Err(Error::Internal(_))), "{acquired:?}");
+        let inspected = i.inspect("inventory.stock", &resource).await.unwrap();
+        assert!(
+            matches!(inspected, Err(Error::Internal(_))),
+            "{inspected:?}"
+        );
+    }
 }

@@ -190,6 +190,8 @@ impl RedisServer {
             .current_dir(&self.dir)
             .args(listen)
             .args(["--save", "", "--appendonly", "no", "--dir", "."])
+            // `DEBUG SLEEP` stalls the server as outside testers did.
+            .args(["--enable-debug-command", "local"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
