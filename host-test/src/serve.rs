@@ -38,9 +38,19 @@ pub const INVENTORY_FUNCTION: &[u8] =
 /// How many requests may run at once by default; one more gets a 503.
 pub const MAX_CONCURRENT_REQUESTS: u32 = 500;
 
-/// A request's instance is stopped this long after it started (a function
-/// that loops forever must not hold its slot forever).
+/// A request's deadline: its instance is stopped this long after the
+/// request arrived (a function that loops forever must not hold its slot
+/// forever). Reading the request counts against it.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long a client may take to send a request's headers, and then its
+/// body, by default. A client slower than this gets 408 (headers: the
+/// connection is closed) and holds nothing: the body is read whole before
+/// the request takes an instance, so slow clients never starve fast ones.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest request body accepted; a larger one gets 413.
+pub const MAX_BODY_BYTES: usize = 2 << 20;
 
 /// How often the engine's epoch advances; the deadline's resolution.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -50,6 +60,7 @@ pub struct Server {
     pre: ProxyPre<RequestState>,
     backend: Arc<dyn Backend>,
     composed: bool,
+    read_timeout: Duration,
 }
 
 impl Server {
@@ -89,7 +100,15 @@ impl Server {
             pre,
             backend,
             composed,
+            read_timeout: READ_TIMEOUT,
         })
+    }
+
+    /// This server with `timeout` for reading a request's headers, and
+    /// again for its body, instead of [`READ_TIMEOUT`].
+    pub fn with_read_timeout(mut self, timeout: Duration) -> Server {
+        self.read_timeout = timeout;
+        self
     }
 
     /// Whether the function given to [`Server::new`] was composed with coord.
@@ -101,10 +120,19 @@ impl Server {
     /// dropped. HTTP/1.1 with keep-alive.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
         loop {
-            let (client, _) = listener.accept().await?;
+            let client = match listener.accept().await {
+                Ok((client, _)) => client,
+                // Out of file descriptors (many clients at once) is a moment,
+                // not the end of the server: the timeouts below free them.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
             // Small replies must not wait for Nagle's algorithm.
             let _ = client.set_nodelay(true);
             let server = self.clone();
+            let read_timeout = self.read_timeout;
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request| {
                     let server = server.clone();
@@ -113,6 +141,8 @@ impl Server {
                 // A client that hangs up mid-request is not the server's error.
                 let _ = http1::Builder::new()
                     .keep_alive(true)
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(read_timeout)
                     .serve_connection(TokioIo::new(client), service)
                     .await;
             });
@@ -131,10 +161,40 @@ impl Server {
         }
     }
 
+    /// Read the body whole, within the read timeout and the size limit,
+    /// before the request may take an instance.
+    async fn read_whole(
+        &self,
+        request: hyper::Request<Incoming>,
+    ) -> Result<hyper::Request<Full<Bytes>>, Failure> {
+        let (parts, body) = request.into_parts();
+        let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
+        let read = tokio::time::timeout(self.read_timeout, limited.collect()).await;
+        match read {
+            Err(_) => Err(Failure::client(
+                408,
+                format!(
+                    "the body did not arrive within {} ms",
+                    self.read_timeout.as_millis()
+                ),
+            )),
+            Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(
+                Failure::client(413, format!("larger than {MAX_BODY_BYTES} bytes")),
+            ),
+            Ok(Err(error)) => Err(Failure::client(400, format!("unreadable: {error}"))),
+            Ok(Ok(collected)) => Ok(hyper::Request::from_parts(
+                parts,
+                Full::new(collected.to_bytes()),
+            )),
+        }
+    }
+
     async fn run(
         &self,
         request: hyper::Request<Incoming>,
     ) -> Result<hyper::Response<HyperOutgoingBody>, Failure> {
+        let arrived = std::time::Instant::now();
+        let request = self.read_whole(request).await?;
         let mut store = Store::new(
             self.pre.engine(),
             RequestState {
@@ -145,13 +205,17 @@ impl Server {
                 hooks: NoOutgoingRequests,
             },
         );
-        let ticks = REQUEST_DEADLINE.as_millis() / EPOCH_TICK.as_millis();
+        let left = REQUEST_DEADLINE.saturating_sub(arrived.elapsed());
+        let ticks = left.as_millis() / EPOCH_TICK.as_millis();
         store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let incoming = store
             .data_mut()
             .http()
-            .new_incoming_request(Scheme::Http, request)
+            .new_incoming_request(
+                Scheme::Http,
+                request.map(|body| body.map_err(|never| -> HttpError { match never {} })),
+            )
             .map_err(Failure::internal)?;
         let outparam = store
             .data_mut()
@@ -187,6 +251,8 @@ impl Server {
 struct Failure {
     status: u16,
     message: String,
+    /// The field at fault: `runtime`, or `body` for the client's own.
+    field: &'static str,
 }
 
 impl Failure {
@@ -194,6 +260,7 @@ impl Failure {
         Failure {
             status: 500,
             message: message.to_string(),
+            field: "runtime",
         }
     }
 
@@ -201,11 +268,22 @@ impl Failure {
         Failure {
             status: 503,
             message: format!("no instance available: {error}"),
+            field: "runtime",
+        }
+    }
+
+    /// The client's request could not be read (too slow, too large); the
+    /// connection is closed after the reply.
+    fn client(status: u16, message: String) -> Failure {
+        Failure {
+            status,
+            message,
+            field: "body",
         }
     }
 
     fn into_response(self) -> hyper::Response<HyperOutgoingBody> {
-        let body = serde_json::json!({ "error": self.message, "field": "runtime" }).to_string();
+        let body = serde_json::json!({ "error": self.message, "field": self.field }).to_string();
         let body = Full::new(Bytes::from(body))
             .map_err(|never| match never {})
             .boxed_unsync();
@@ -216,6 +294,13 @@ impl Failure {
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("application/json"),
         );
+        if self.field == "body" {
+            // What is left of a body that was not read is not a request.
+            response.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+        }
         response
     }
 }

@@ -18,6 +18,8 @@ pub struct Request {
     pub query: Vec<(String, String)>,
     /// The `x-user-id` header, when present and UTF-8.
     pub user: Option<String>,
+    /// The `idempotency-key` header, when present and UTF-8.
+    pub idempotency_key: Option<String>,
     /// The body's bytes.
     pub body: Vec<u8>,
 }
@@ -52,18 +54,23 @@ impl Request {
                 (percent_decode(name), percent_decode(value))
             })
             .collect();
-        let user = incoming
-            .headers()
-            .get("x-user-id")
-            .into_iter()
-            .next()
-            .and_then(|value| String::from_utf8(value).ok());
+        let header = |name: &str| {
+            incoming
+                .headers()
+                .get(name)
+                .into_iter()
+                .next()
+                .and_then(|value| String::from_utf8(value).ok())
+        };
+        let user = header("x-user-id");
+        let idempotency_key = header("idempotency-key");
         let body = read_body(incoming)?;
         Ok(Request {
             method,
             segments,
             query,
             user,
+            idempotency_key,
             body,
         })
     }

@@ -76,13 +76,30 @@ fn show(item: &str) -> Reply {
     }
 }
 
+/// The longest item name, in bytes.
+const MAX_ITEM_BYTES: usize = 64;
+/// The longest `Idempotency-Key`, in bytes.
+const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
+
 /// Adjust the stock: under a lock sent in the body (held across requests), or
-/// under one taken and released here.
+/// under one taken and released here. With an `Idempotency-Key`, a retry of a
+/// request that applied answers as it did and applies nothing.
 fn adjust(request: &Request, item: &str) -> Reply {
+    if item.is_empty() || item.len() > MAX_ITEM_BYTES {
+        return Reply::error(400, "item", &format!("1 to {MAX_ITEM_BYTES} bytes"));
+    }
     let delta = match required_i64(request, "delta") {
         Ok(delta) => delta,
         Err(reply) => return reply,
     };
+    let key = request.idempotency_key.as_deref();
+    if key.is_some_and(|k| k.is_empty() || k.len() > MAX_IDEMPOTENCY_KEY_BYTES) {
+        return Reply::error(
+            400,
+            "idempotency-key",
+            &format!("1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes"),
+        );
+    }
     if !request.body.is_empty() {
         let held = match LockJson::parse(&request.body) {
             Ok(held) => held,
@@ -91,7 +108,24 @@ fn adjust(request: &Request, item: &str) -> Reply {
         if held.resource != resource(item) {
             return Reply::error(400, "body.resource", "the lock is for another item");
         }
-        return write(item, delta, held.fence);
+        if held.id != LOCK_ID {
+            return Reply::error(400, "body.id", &format!("the stock lock is {LOCK_ID}"));
+        }
+        // The commit point: a lock sent by a client is only as good as the
+        // store says. Without this check a made-up lock with the largest
+        // fence wrote once and then locked every honest writer out.
+        match lock::is_held(&held) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Reply::error(
+                    409,
+                    "body",
+                    "the lock is not held: it expired, was released, or was never issued",
+                );
+            }
+            Err(error) => return lock_error(error),
+        }
+        return write(item, delta, held.fence, key);
     }
     let wait = match optional_u64(request, "wait_ms", MAX_WAIT_MS) {
         Ok(Some(ms)) => lock::WaitPolicy::Timeout(ms),
@@ -107,7 +141,7 @@ fn adjust(request: &Request, item: &str) -> Reply {
         Ok(lock::AcquireOutcome::Busy(holder)) => return busy(&holder),
         Err(error) => return lock_error(error),
     };
-    let reply = write(item, delta, held.fence);
+    let reply = write(item, delta, held.fence, key);
     // The write is already decided; a failed release only leaves the lock
     // to expire, which the reply says.
     match lock::release(&held) {
@@ -116,13 +150,20 @@ fn adjust(request: &Request, item: &str) -> Reply {
     }
 }
 
-fn write(item: &str, delta: i64, fence: u64) -> Reply {
-    match records::adjust(item, delta, fence) {
-        Ok(record) => Reply::ok(json!({
-            "item": item,
-            "stock": record.stock,
-            "fence": fence.to_string(),
-        })),
+fn write(item: &str, delta: i64, fence: u64, idempotency_key: Option<&str>) -> Reply {
+    match records::adjust(item, delta, fence, idempotency_key) {
+        Ok(adjusted) => {
+            let reply = Reply::ok(json!({
+                "item": item,
+                "stock": adjusted.stock,
+                "fence": adjusted.fence.to_string(),
+            }));
+            if adjusted.replayed {
+                reply.header("idempotent-replayed", "true".into())
+            } else {
+                reply
+            }
+        }
         Err(Refused::Stale { newest }) => Reply::with_status(
             409,
             json!({
@@ -135,6 +176,22 @@ fn write(item: &str, delta: i64, fence: u64) -> Reply {
         Err(Refused::Insufficient { stock }) => Reply::with_status(
             409,
             json!({ "error": "insufficient stock", "field": "delta", "stock": stock }),
+        ),
+        Err(Refused::KeyReused { delta }) => Reply::with_status(
+            422,
+            json!({
+                "error": "this idempotency key was used for another adjustment",
+                "field": "idempotency-key",
+                "delta": delta,
+            }),
+        ),
+        Err(Refused::TableFull) => Reply::error(
+            409,
+            "item",
+            &format!(
+                "the stock table holds its limit of {} items",
+                records::MAX_ITEMS
+            ),
         ),
         Err(Refused::Store(why)) => Reply::error(503, "store", &why),
     }

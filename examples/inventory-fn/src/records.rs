@@ -21,13 +21,44 @@ pub const INITIAL_STOCK: i64 = 100;
 /// How many times a write retries after losing a compare-and-set race.
 const MAX_RACES: u32 = 16;
 
+/// The most items the table holds: a new item beyond it is refused, so no
+/// client can grow the table without bound.
+pub const MAX_ITEMS: usize = 1000;
+
+/// How many idempotency keys each record remembers (its latest adjustments).
+pub const MAX_KEYS_PER_ITEM: usize = 32;
+
+/// How long an idempotency key is remembered, in ms of store time (a day).
+pub const KEY_TTL_MS: u64 = 86_400_000;
+
 /// One item's record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// Units in stock.
     pub stock: i64,
     /// The highest fence any accepted write carried.
     pub fence: u64,
+    /// The idempotency keys of the latest adjustments, oldest first, each
+    /// with its answer. They are written in the same compare-and-set as the
+    /// stock: a request that applied is known to have applied whatever its
+    /// reply was (a 503 for a write that landed after the store stalled).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied: Vec<Applied>,
+}
+
+/// An adjustment made under an idempotency key, and what it answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The request's `Idempotency-Key`.
+    pub key: String,
+    /// The delta it applied.
+    pub delta: i64,
+    /// The stock right after it.
+    pub stock: i64,
+    /// The fence it was written with.
+    pub fence: u64,
+    /// Store time of the write.
+    pub at: u64,
 }
 
 impl Default for Record {
@@ -35,8 +66,21 @@ impl Default for Record {
         Record {
             stock: INITIAL_STOCK,
             fence: 0,
+            applied: Vec::new(),
         }
     }
+}
+
+/// What an adjustment answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adjusted {
+    /// Units in stock after it.
+    pub stock: i64,
+    /// The fence it was written with.
+    pub fence: u64,
+    /// Whether this is the answer of an earlier request with the same
+    /// idempotency key, which applied; nothing was applied now.
+    pub replayed: bool,
 }
 
 /// Why a write did not land.
@@ -52,6 +96,13 @@ pub enum Refused {
         /// Units in stock now.
         stock: i64,
     },
+    /// The idempotency key was used before with another delta.
+    KeyReused {
+        /// The delta it was used with.
+        delta: i64,
+    },
+    /// The item is new and the table already holds [`MAX_ITEMS`].
+    TableFull,
     /// The store failed or the record is unreadable.
     Store(String),
 }
@@ -75,19 +126,44 @@ pub fn list() -> Result<Vec<(String, Record)>, String> {
         .collect()
 }
 
-/// Add `delta` to `item`'s stock under a lock whose fence is `fence`.
-pub fn adjust(item: &str, delta: i64, fence: u64) -> Result<Record, Refused> {
+/// Add `delta` to `item`'s stock under a lock whose fence is `fence`. With
+/// an idempotency key already applied to this item, answer as that request
+/// did and apply nothing.
+pub fn adjust(
+    item: &str,
+    delta: i64,
+    fence: u64,
+    idempotency_key: Option<&str>,
+) -> Result<Adjusted, Refused> {
+    let store_error = |e| Refused::Store(describe(e));
     for _ in 0..MAX_RACES {
-        let current = store::get(PARTITION, item)
-            .map_err(|e| Refused::Store(describe(e)))?
-            .entry;
-        let (record, condition) = match &current {
+        let read = store::get(PARTITION, item).map_err(store_error)?;
+        let (record, condition) = match &read.entry {
             Some(entry) => (
                 decode(&entry.value).map_err(Refused::Store)?,
                 Condition::Revision(entry.revision),
             ),
             None => (Record::default(), Condition::Absent),
         };
+        // A retry is answered before the fence is compared: its lock may be
+        // long gone, and it must not apply again either way.
+        if let Some(key) = idempotency_key
+            && let Some(earlier) = record
+                .applied
+                .iter()
+                .find(|a| a.key == key && read.now < a.at.saturating_add(KEY_TTL_MS))
+        {
+            if earlier.delta != delta {
+                return Err(Refused::KeyReused {
+                    delta: earlier.delta,
+                });
+            }
+            return Ok(Adjusted {
+                stock: earlier.stock,
+                fence: earlier.fence,
+                replayed: true,
+            });
+        }
         if fence < record.fence {
             return Err(Refused::Stale {
                 newest: record.fence,
@@ -99,12 +175,46 @@ pub fn adjust(item: &str, delta: i64, fence: u64) -> Result<Record, Refused> {
                 stock: record.stock,
             });
         }
-        let next = Record { stock, fence };
+        let adjusted = Adjusted {
+            stock,
+            fence,
+            replayed: false,
+        };
+        if read.entry.is_none() {
+            // Nothing to record for a new item that does not change.
+            if delta == 0 && idempotency_key.is_none() {
+                return Ok(adjusted);
+            }
+            let items = store::list(PARTITION, "").map_err(store_error)?;
+            if items.entries.len() >= MAX_ITEMS {
+                return Err(Refused::TableFull);
+            }
+        }
+        let mut applied: Vec<Applied> = record
+            .applied
+            .into_iter()
+            .filter(|a| read.now < a.at.saturating_add(KEY_TTL_MS))
+            .collect();
+        if let Some(key) = idempotency_key {
+            applied.push(Applied {
+                key: key.to_string(),
+                delta,
+                stock,
+                fence,
+                at: read.now,
+            });
+        }
+        let excess = applied.len().saturating_sub(MAX_KEYS_PER_ITEM);
+        applied.drain(..excess);
+        let next = Record {
+            stock,
+            fence,
+            applied,
+        };
         let bytes = serde_json::to_vec(&next).map_err(|e| Refused::Store(e.to_string()))?;
-        let reply = store::put(PARTITION, item, &bytes, None, &condition)
-            .map_err(|e| Refused::Store(describe(e)))?;
+        let reply = store::put(PARTITION, item, &bytes, None, &condition).map_err(store_error)?;
         match reply.outcome {
-            Outcome::Applied(_) => return Ok(next),
+            Outcome::Applied(_) => return Ok(adjusted),
             // Another write landed between the read and this one: read again.
             Outcome::Conflict(_) => continue,
         }

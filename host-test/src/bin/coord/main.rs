@@ -10,6 +10,7 @@ mod inventory;
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
@@ -18,7 +19,7 @@ use coord_host::serve::Server;
 
 const USAGE: &str = "\
 usage: coord serve [FUNCTION.wasm] [--redis [URL]] [--prefix NAME] [--listen ADDR]
-                   [--max-requests N]
+                   [--max-requests N] [--read-timeout-ms MS]
        coord compose FUNCTION.wasm -o OUT.wasm
        coord demo [--redis [URL]]
        coord help
@@ -30,6 +31,10 @@ usage: coord serve [FUNCTION.wasm] [--redis [URL]] [--prefix NAME] [--listen ADD
   --listen ADDR    where to listen (default 127.0.0.1:8080)
   --max-requests N requests run at once, each in its own instance (default
                    500); one more is answered 503
+  --read-timeout-ms MS
+                   how long a client may take to send a request's headers,
+                   and then its body (default 10000); a slower one gets 408
+                   and holds no instance meanwhile
   --redis [URL]    keep coordination state in Redis instead of in memory:
                    URL, else $REDIS_URL, else redis://127.0.0.1:6379
                    (rediss:// for TLS); processes on one Redis share it
@@ -61,6 +66,7 @@ enum Command {
         target: Target,
         listen: String,
         max_requests: u32,
+        read_timeout: Duration,
     },
     Compose {
         function: String,
@@ -85,6 +91,7 @@ fn parse(args: &[String]) -> Result<Command, String> {
     let mut prefix = None;
     let mut listen = None;
     let mut max_requests = None;
+    let mut read_timeout = None;
     let mut rest = rest.iter().peekable();
     while let Some(arg) = rest.next() {
         let mut value = |flag: &str| {
@@ -109,6 +116,13 @@ fn parse(args: &[String]) -> Result<Command, String> {
                     })?;
                 max_requests = Some(n);
             }
+            "--read-timeout-ms" => {
+                let ms = value("--read-timeout-ms")?;
+                let ms = ms.parse().ok().filter(|&ms: &u64| ms > 0).ok_or_else(|| {
+                    format!("--read-timeout-ms must be a positive number, not {ms}")
+                })?;
+                read_timeout = Some(Duration::from_millis(ms));
+            }
             "-o" | "--out" => out = Some(value("-o")?),
             flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
             path if function.is_none() => function = Some(path.to_string()),
@@ -128,7 +142,8 @@ fn parse(args: &[String]) -> Result<Command, String> {
             if function.is_none()
                 && listen.is_none()
                 && out.is_none()
-                && max_requests.is_none() =>
+                && max_requests.is_none()
+                && read_timeout.is_none() =>
         {
             Ok(Command::Demo(target))
         }
@@ -137,9 +152,13 @@ fn parse(args: &[String]) -> Result<Command, String> {
             target,
             listen: listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
             max_requests: max_requests.unwrap_or(coord_host::serve::MAX_CONCURRENT_REQUESTS),
+            read_timeout: read_timeout.unwrap_or(coord_host::serve::READ_TIMEOUT),
         }),
         "compose"
-            if listen.is_none() && max_requests.is_none() && matches!(target, Target::Memory) =>
+            if listen.is_none()
+                && max_requests.is_none()
+                && read_timeout.is_none()
+                && matches!(target, Target::Memory) =>
         {
             Ok(Command::Compose {
                 function: function.ok_or("compose needs FUNCTION.wasm")?,
@@ -174,7 +193,8 @@ async fn main() -> ExitCode {
             target,
             listen,
             max_requests,
-        } => serve(function, target, &listen, max_requests).await,
+            read_timeout,
+        } => serve(function, target, &listen, max_requests, read_timeout).await,
         Command::Compose { function, out } => compose(&function, &out),
     };
     match outcome {
@@ -223,6 +243,7 @@ async fn serve(
     target: Target,
     listen: &str,
     max_requests: u32,
+    read_timeout: Duration,
 ) -> wasmtime::Result<()> {
     let (bytes, name) = match &function {
         Some(path) => (
@@ -235,7 +256,9 @@ async fn serve(
         ),
     };
     let (backend, place) = backend(&target).await?;
-    let server = Arc::new(Server::with_capacity(&bytes, backend, max_requests)?);
+    let server = Arc::new(
+        Server::with_capacity(&bytes, backend, max_requests)?.with_read_timeout(read_timeout),
+    );
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| wasmtime::format_err!("listening on {listen}: {e}"))?;
