@@ -76,16 +76,21 @@ fn edge() -> Vec<u64> {
     times
 }
 
-/// Share of requests the counter allowed but the exact log would have
-/// limited, and the reverse, each algorithm counting its own history.
-fn compare(times: &[u64]) -> (usize, f64, f64) {
-    let request = MeterRequest {
+/// A sliding-window check of cost 1 at this file's limit and window.
+fn sliding_check() -> MeterRequest {
+    MeterRequest {
         algorithm: MeterAlgorithm::SlidingWindow,
         limit: LIMIT,
         window_ms: WINDOW,
         cost: 1,
         mode: MeterMode::Consume,
-    };
+    }
+}
+
+/// Share of requests the counter allowed but the exact log would have
+/// limited, and the reverse, each algorithm counting its own history.
+fn compare(times: &[u64]) -> (usize, f64, f64) {
+    let request = sliding_check();
     let (mut state, mut log) = (None, VecDeque::new());
     let (mut wrongly_allowed, mut wrongly_limited) = (0, 0);
     for &now in times {
@@ -154,13 +159,7 @@ fn most_in_one_window(allowed: &[u64]) -> usize {
 
 /// What the sliding-window counter allows of `times`.
 fn allowed_by_the_counter(times: &[u64]) -> Vec<u64> {
-    let request = MeterRequest {
-        algorithm: MeterAlgorithm::SlidingWindow,
-        limit: LIMIT,
-        window_ms: WINDOW,
-        cost: 1,
-        mode: MeterMode::Consume,
-    };
+    let request = sliding_check();
     let mut state = None;
     let mut allowed = Vec::new();
     for &now in times {

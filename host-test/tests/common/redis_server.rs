@@ -65,12 +65,7 @@ pub async fn redis_url() -> String {
 /// this process exits: the shell's standard input is a pipe this process
 /// never closes, so it reads end-of-file only once the process is gone.
 fn spawn_for_this_process() -> Result<String, String> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let dir = std::env::temp_dir().join(format!("coord-redis-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let (port, dir) = port_and_dir()?;
     let script = format!(
         "redis-server --bind 127.0.0.1 --port {port} --save '' --appendonly no --dir . \
          >/dev/null 2>&1 & server=$!; cat >/dev/null; kill $server; wait; cd /; rm -rf '{}'",
@@ -84,19 +79,43 @@ fn spawn_for_this_process() -> Result<String, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("sh: {e}"))?;
+    until_listening(port, || {
+        shell
+            .try_wait()
+            .ok()
+            .flatten()
+            .map(|status| format!("redis-server exited: {status}"))
+    })?;
+    // Kept open for the life of the process (a static is never dropped).
+    std::mem::forget(shell.stdin.take());
+    Ok(format!("redis://127.0.0.1:{port}"))
+}
+
+/// A free port on loopback and a fresh directory for a server on it.
+fn port_and_dir() -> Result<(u16, PathBuf), String> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let dir = std::env::temp_dir().join(format!("coord-redis-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    Ok((port, dir))
+}
+
+/// Wait until something listens on `port`, for up to 10 s, or until
+/// `exited` reports why it never will.
+fn until_listening(port: u16, mut exited: impl FnMut() -> Option<String>) -> Result<(), String> {
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if started.elapsed() > Duration::from_secs(10) {
             return Err("redis-server did not listen within 10 s".into());
         }
-        if let Ok(Some(status)) = shell.try_wait() {
-            return Err(format!("redis-server exited: {status}"));
+        if let Some(why) = exited() {
+            return Err(why);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    // Kept open for the life of the process (a static is never dropped).
-    std::mem::forget(shell.stdin.take());
-    Ok(format!("redis://127.0.0.1:{port}"))
+    Ok(())
 }
 
 /// A `redis-server` this test started, with no persistence, killed on drop.
@@ -120,12 +139,7 @@ impl RedisServer {
     }
 
     fn spawn_with(tls: bool) -> Result<Self, String> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
-        let dir = std::env::temp_dir().join(format!("coord-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let (port, dir) = port_and_dir()?;
         if tls {
             let status = Command::new("openssl")
                 .args([
@@ -197,14 +211,7 @@ impl RedisServer {
             .spawn()
             .map_err(|e| format!("redis-server: {e}"))?;
         self.child = Some(child);
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if started.elapsed() > Duration::from_secs(10) {
-                return Err("redis-server did not listen within 10 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(())
+        until_listening(self.port, || None)
     }
 
     /// Kill it; everything it held is lost (it persists nothing).
