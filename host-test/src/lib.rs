@@ -35,6 +35,7 @@ pub mod clock;
 pub mod compose;
 mod host;
 pub mod serve;
+pub mod with_lock;
 
 use std::sync::Arc;
 
@@ -78,7 +79,9 @@ pub const COMPONENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/coord.was
 /// How many component instances may be alive at once in one [`Runtime`].
 pub const MAX_INSTANCES: u32 = 1000;
 
-/// A compiled, pre-linked coord component over one store backend.
+/// A compiled, pre-linked coord component over one store backend. Cloning
+/// is cheap: the clones share the compiled component and the backend.
+#[derive(Clone)]
 pub struct Runtime {
     engine: Engine,
     pre: bindings::CoordinatorPre<HostState>,

@@ -10,6 +10,7 @@
 
 pub mod faulty;
 pub mod memory;
+pub mod recording;
 pub mod redis;
 
 use async_trait::async_trait;

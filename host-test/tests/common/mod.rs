@@ -16,6 +16,7 @@ use coord_host::clock::ManualClock;
 pub mod history;
 mod redis_server;
 pub mod serve;
+pub mod stall_proxy;
 #[allow(unused_imports)] // not every suite starts a private server
 pub use redis_server::{RedisServer, redis_url};
 
