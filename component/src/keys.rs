@@ -22,8 +22,16 @@ pub fn ratelimit_partition(id: &str, key: &str) -> String {
     partition("rl", id, key)
 }
 
+/// The partition holding lease `name`.
+pub fn lease_partition(name: &str) -> String {
+    partition("lease", name, "")
+}
+
 /// The key of the holder entry inside a lock partition.
 pub const LOCK_HOLDER_KEY: &str = "holder";
+
+/// The key of the holder entry inside a lease partition.
+pub const LEASE_HOLDER_KEY: &str = "holder";
 
 fn partition(kind: &str, first: &str, second: &str) -> String {
     // Built by hand rather than with `format!`, which costs more than the

@@ -13,6 +13,7 @@
 //!
 //! - [`store`]: the store trait the logic runs over, mirroring `coord:sync/store`.
 //! - [`lock`]: the distributed lock (`coord:sync/lock`).
+//! - [`lease`]: the single-writer lease (`coord:sync/lease`).
 //! - [`ephemeral`]: per-tenant entries with TTL, snapshot and watch (`coord:sync/ephemeral`).
 //! - [`ratelimit`]: sliding-window, fixed-window and token-bucket limits (`coord:sync/ratelimit`).
 //! - [`meter`]: the rate-limit algorithms, as the store runs them.
@@ -23,6 +24,7 @@
 pub mod bindings;
 pub mod ephemeral;
 pub mod keys;
+pub mod lease;
 pub mod lock;
 pub mod memory;
 pub mod meter;

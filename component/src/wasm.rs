@@ -10,6 +10,9 @@ use crate::bindings::coord::sync::store as host;
 use crate::bindings::exports::coord::sync::ephemeral::{
     self, Event, Guest as EphemeralGuest, GuestWatcher, Space, TenantSnapshot, Written,
 };
+use crate::bindings::exports::coord::sync::lease::{
+    self, Guest as LeaseGuest, HeldLease, Holder as LeaseHolder,
+};
 use crate::bindings::exports::coord::sync::lock::{
     AcquireOptions, AcquireOutcome, Error, ExtendOutcome, Guest as LockGuest, HeldLock, Holder,
 };
@@ -18,6 +21,7 @@ use crate::bindings::exports::coord::sync::ratelimit::{
 };
 use crate::bindings::wasi::random::random;
 use crate::ephemeral::{Ephemeral, Watch};
+use crate::lease::Leases;
 use crate::lock::Locks;
 use crate::ratelimit::RateLimits;
 use crate::store::*;
@@ -132,6 +136,24 @@ impl LockGuest for Component {
     }
     fn force_release(id: String, resource: String) -> Result<bool, Error> {
         locks().force_release(&id, &resource)
+    }
+}
+
+impl LeaseGuest for Component {
+    fn acquire(name: String, node: String, ttl_ms: u64) -> Result<HeldLease, lease::Error> {
+        Leases::new(HostStore).acquire(&name, &node, ttl_ms)
+    }
+    fn renew(lease: HeldLease) -> Result<HeldLease, lease::Error> {
+        Leases::new(HostStore).renew(&lease)
+    }
+    fn check(lease: HeldLease) -> Result<HeldLease, lease::Error> {
+        Leases::new(HostStore).check(&lease)
+    }
+    fn resign(lease: HeldLease) -> Result<bool, lease::Error> {
+        Leases::new(HostStore).resign(&lease)
+    }
+    fn observe(name: String) -> Result<Option<LeaseHolder>, lease::Error> {
+        Leases::new(HostStore).observe(&name)
     }
 }
 

@@ -54,6 +54,13 @@ pub mod lock {
     };
 }
 
+/// The lease interface's types, as the host sees them (`coord:sync/lease`).
+pub mod lease {
+    pub use crate::bindings::exports::coord::sync::lease::{
+        Error, HeldLease, Holder, InvalidArgument,
+    };
+}
+
 /// The ephemeral-state interface's types, as the host sees them (`coord:sync/ephemeral`).
 pub mod ephemeral {
     pub use crate::bindings::exports::coord::sync::ephemeral::{
@@ -182,6 +189,9 @@ pub struct Instance {
 /// What a lock call returns: a trap, or the interface's own result.
 pub type LockResult<T> = wasmtime::Result<Result<T, lock::Error>>;
 
+/// What a lease call returns: a trap, or the interface's own result.
+pub type LeaseResult<T> = wasmtime::Result<Result<T, lease::Error>>;
+
 /// What an ephemeral call returns: a trap, or the interface's own result.
 pub type EphemeralResult<T> = wasmtime::Result<Result<T, ephemeral::Error>>;
 
@@ -239,6 +249,43 @@ impl Instance {
     pub async fn force_release(&mut self, id: &str, resource: &str) -> LockResult<bool> {
         let lock = self.coordinator.coord_sync_lock();
         lock.call_force_release(&mut self.store, id, resource).await
+    }
+
+    /// `coord:sync/lease.acquire`: acquire, adopt or take over `name` for `node`.
+    pub async fn lease_acquire(
+        &mut self,
+        name: &str,
+        node: &str,
+        ttl_ms: u64,
+    ) -> LeaseResult<lease::HeldLease> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease
+            .call_acquire(&mut self.store, name, node, ttl_ms)
+            .await
+    }
+
+    /// `coord:sync/lease.renew`.
+    pub async fn lease_renew(&mut self, held: &lease::HeldLease) -> LeaseResult<lease::HeldLease> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease.call_renew(&mut self.store, held).await
+    }
+
+    /// `coord:sync/lease.check`: the commit-point check before a write.
+    pub async fn lease_check(&mut self, held: &lease::HeldLease) -> LeaseResult<lease::HeldLease> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease.call_check(&mut self.store, held).await
+    }
+
+    /// `coord:sync/lease.resign`.
+    pub async fn lease_resign(&mut self, held: &lease::HeldLease) -> LeaseResult<bool> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease.call_resign(&mut self.store, held).await
+    }
+
+    /// `coord:sync/lease.observe`.
+    pub async fn lease_observe(&mut self, name: &str) -> LeaseResult<Option<lease::Holder>> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease.call_observe(&mut self.store, name).await
     }
 
     /// `coord:sync/ephemeral.upsert`.

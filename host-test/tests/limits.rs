@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use coord_host::backend::memory::MemoryBackend;
-use coord_host::{Instance, Runtime, ephemeral, lock, ratelimit};
+use coord_host::{Instance, Runtime, ephemeral, lease, lock, ratelimit};
 
 async fn instance() -> Instance {
     Runtime::new(Arc::new(MemoryBackend::default()))
@@ -39,7 +39,7 @@ macro_rules! verdict_for {
         }
     )*};
 }
-verdict_for!(lock, ephemeral, ratelimit);
+verdict_for!(lock, ephemeral, ratelimit, lease);
 
 fn text(bytes: usize) -> String {
     "a".repeat(bytes)
@@ -320,4 +320,46 @@ async fn rate_limit_limits_hold_at_their_edges() {
     );
     assert_eq!(i.peek(&ok, &text(1025)).await.verdict(), "key");
     assert_eq!(i.reset(&ok, &text(1025)).await.verdict(), "key");
+}
+
+#[tokio::test]
+async fn lease_limits_hold_at_their_edges() {
+    let mut i = instance().await;
+    let mut verdicts = Vec::new();
+    for (name, node, ttl) in [
+        (text(256), "n".to_string(), 1000),
+        (text(257), "n".into(), 1000),
+        (String::new(), "n".into(), 1000),
+        ("l1".into(), text(256), 1000),
+        ("l2".into(), text(257), 1000),
+        ("l3".into(), String::new(), 1000),
+        ("l4".into(), "n".into(), DAY_MS),
+        ("l5".into(), "n".into(), DAY_MS + 1),
+        ("l6".into(), "n".into(), 0),
+    ] {
+        verdicts.push(i.lease_acquire(&name, &node, ttl).await.verdict());
+    }
+    assert_eq!(
+        verdicts,
+        [
+            ACCEPTED, "name", "name", ACCEPTED, "node", "node", ACCEPTED, "ttl-ms", "ttl-ms"
+        ]
+    );
+    let held = i.lease_acquire("held", "n", 1000).await.unwrap().unwrap();
+    let with = |change: &dyn Fn(&mut lease::HeldLease)| {
+        let mut forged = held.clone();
+        change(&mut forged);
+        forged
+    };
+    for (forged, field) in [
+        (with(&|l| l.name = text(257)), "lease.name"),
+        (with(&|l| l.node = text(257)), "lease.node"),
+        (with(&|l| l.epoch = 0), "lease.epoch"),
+        (with(&|l| l.ttl_ms = DAY_MS + 1), "lease.ttl-ms"),
+    ] {
+        assert_eq!(i.lease_renew(&forged).await.verdict(), field);
+        assert_eq!(i.lease_check(&forged).await.verdict(), field);
+        assert_eq!(i.lease_resign(&forged).await.verdict(), field);
+    }
+    assert_eq!(i.lease_observe(&text(257)).await.verdict(), "name");
 }
