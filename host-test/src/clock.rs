@@ -72,3 +72,34 @@ impl Clock for ManualClock {
         })
     }
 }
+
+/// Tokio's clock: Unix milliseconds that move with `tokio::time`, so that
+/// with tokio's time paused (`start_paused`), a test moves the store's time
+/// and every host timer (a renewal loop, a refresher) together.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    base: tokio::time::Instant,
+    base_ms: u64,
+}
+
+impl TokioClock {
+    /// A clock that reads `start_ms` now and moves on with tokio's time.
+    pub fn new(start_ms: u64) -> Self {
+        TokioClock {
+            base: tokio::time::Instant::now(),
+            base_ms: start_ms,
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        let elapsed = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.base_ms.saturating_add(elapsed)
+    }
+
+    fn sleep_until(&self, deadline_ms: u64) -> BoxFuture<'_, ()> {
+        let wait = deadline_ms.saturating_sub(self.now_ms());
+        Box::pin(tokio::time::sleep(Duration::from_millis(wait)))
+    }
+}

@@ -34,6 +34,7 @@ mod bindings;
 pub mod clock;
 pub mod compose;
 mod host;
+pub mod lease_manager;
 pub mod serve;
 pub mod with_lock;
 
