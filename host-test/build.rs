@@ -20,6 +20,8 @@ fn main() -> anyhow::Result<()> {
         "component/src",
         "component/Cargo.toml",
         "component/region",
+        "sdk/src",
+        "sdk/Cargo.toml",
         "examples/inventory-fn/src",
         "examples/inventory-fn/wit",
         "examples/inventory-fn/Cargo.toml",

@@ -525,3 +525,37 @@ async fn a_request_beyond_the_instance_limit_gets_503_until_one_frees() {
     drop((limited, other));
     common::delete_prefix(&prefix.url, &prefix.name);
 }
+
+/// The SDK's `with_lock` with `keep_alive` between steps, in the function:
+/// a job of 5 × 150 ms under a lock of 300 ms keeps it to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_audit_keeps_its_lock_alive_by_hand_past_its_ttl() {
+    let serve = Serve::start(&[]);
+    let audit = serve.call(
+        "POST",
+        "/items/fig/audit?steps=5&step_ms=150&ttl_ms=300",
+        None,
+        "",
+    );
+    let meanwhile = async {
+        // Past the lock's first TTL: without keep_alive it would be free.
+        tokio::time::sleep(std::time::Duration::from_millis(450)).await;
+        serve
+            .call("POST", "/items/fig/adjust?delta=-1", None, "")
+            .await
+    };
+    let (audit, meanwhile) = tokio::join!(audit, meanwhile);
+    assert_eq!(audit.status, 200, "{}", audit.json);
+    assert_eq!(audit.json["steps"], 5);
+    assert_eq!(meanwhile.status, 409, "still held: {}", meanwhile.json);
+    assert_eq!(meanwhile.json["holderFence"], audit.json["fence"]);
+    let after = serve
+        .call("POST", "/items/fig/adjust?delta=-1", None, "")
+        .await;
+    assert_eq!(after.status, 200, "released at the end: {}", after.json);
+    let limits = serve
+        .call("POST", "/items/fig/audit?steps=21", None, "")
+        .await;
+    assert_eq!(limits.status, 400);
+    assert_eq!(limits.json["field"], "steps");
+}

@@ -1,9 +1,9 @@
 //! The routes: stock under a fenced lock, rate-limited exports, editors'
 //! presence.
 
-use crate::bindings::coord::sync::{ephemeral, lock, ratelimit};
 use crate::http::{Reply, Request};
 use crate::records::{self, Refused};
+use coord_sdk::{Ran, Space, ephemeral, lock, ratelimit};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -23,13 +23,10 @@ fn exports_limiter() -> ratelimit::Limiter {
     }
 }
 
-/// The editors' presence (seed 000: 30 s TTL, values up to 4 KiB).
-fn editors() -> ephemeral::Space {
-    ephemeral::Space {
-        id: "inventory.editors".to_string(),
-        ttl_ms: 30_000,
-        max_value_bytes: 4_096,
-    }
+/// The editors' presence (seed 000: 30 s TTL, values up to 4 KiB): any
+/// JSON the editor sends.
+fn editors() -> Space<serde_json::Value> {
+    Space::new("inventory.editors", 30_000, 4_096)
 }
 
 /// The longest a watch request may poll, and the most events it returns.
@@ -44,6 +41,7 @@ pub fn route(request: &Request) -> Reply {
         ("GET", ["items", item]) => show(item),
         ("POST", ["items", item, "adjust"]) => adjust(request, item),
         ("POST", ["items", item, "lock"]) => hold(request, item),
+        ("POST", ["items", item, "audit"]) => audit(request, item),
         ("POST", ["items", item, "lock", "extend"]) => extend(request, item),
         ("DELETE", ["items", item, "lock"]) => release(request, item),
         ("POST", ["exports"]) => export(request),
@@ -136,18 +134,62 @@ fn adjust(request: &Request, item: &str) -> Reply {
         ttl_ms: Some(LOCK_TTL_MS),
         wait: Some(wait),
     };
-    let held = match lock::acquire(LOCK_ID, &resource(item), options) {
-        Ok(lock::AcquireOutcome::Acquired(held)) => held,
-        Ok(lock::AcquireOutcome::Busy(holder)) => return busy(&holder),
-        Err(error) => return lock_error(error),
-    };
-    let reply = write(item, delta, held.fence, key);
-    // The write is already decided; a failed release only leaves the lock
-    // to expire, which the reply says.
-    match lock::release(&held) {
-        Ok(_) => reply,
-        Err(error) => reply.header("x-lock-release", describe_lock_error(&error)),
+    // A failed release only leaves the lock to its TTL: the write is decided.
+    match coord_sdk::with_lock(LOCK_ID, &resource(item), options, |guard| {
+        write(item, delta, guard.fence(), key)
+    }) {
+        Ok(Ran::Done(reply)) => reply,
+        Ok(Ran::Busy(holder)) => busy(&holder),
+        Err(error) => lock_error(error),
     }
+}
+
+/// The most steps, and the longest step, an audit may ask for.
+const MAX_AUDIT_STEPS: u64 = 20;
+const MAX_AUDIT_STEP_MS: u64 = 5_000;
+
+/// A long job under the item's lock (seed 002's "refreshing by hand"): `steps`
+/// steps of `step_ms` each, the lock kept alive between them, so the job may
+/// outlast the lock's TTL (`ttl_ms`) and still hold it from start to end.
+fn audit(request: &Request, item: &str) -> Reply {
+    let param = |name, max, default| match optional_u64(request, name, max) {
+        Ok(value) => Ok(value.unwrap_or(default)),
+        Err(reply) => Err(reply),
+    };
+    let (steps, step_ms, ttl_ms) = match (
+        param("steps", MAX_AUDIT_STEPS, 3),
+        param("step_ms", MAX_AUDIT_STEP_MS, 100),
+        param("ttl_ms", u64::MAX, LOCK_TTL_MS),
+    ) {
+        (Ok(steps), Ok(step_ms), Ok(ttl_ms)) => (steps, step_ms, ttl_ms),
+        (Err(reply), _, _) | (_, Err(reply), _) | (_, _, Err(reply)) => return reply,
+    };
+    let options = lock::AcquireOptions {
+        ttl_ms: Some(ttl_ms),
+        wait: Some(lock::WaitPolicy::NoWait),
+    };
+    let ran = coord_sdk::with_lock(LOCK_ID, &resource(item), options, |guard| {
+        for _ in 0..steps {
+            sleep_ms(step_ms);
+            guard.keep_alive()?;
+        }
+        Ok::<_, coord_sdk::Lost>(guard.fence())
+    });
+    match ran {
+        Ok(Ran::Done(Ok(fence))) => Reply::ok(json!({
+            "item": item,
+            "steps": steps,
+            "fence": fence.to_string(),
+        })),
+        Ok(Ran::Done(Err(lost))) => Reply::error(409, "lock", &lost.to_string()),
+        Ok(Ran::Busy(holder)) => busy(&holder),
+        Err(error) => lock_error(error),
+    }
+}
+
+/// Block this instance for `ms` (a step of work), on `wasi:clocks`.
+fn sleep_ms(ms: u64) {
+    wasip2::clocks::monotonic_clock::subscribe_duration(ms.saturating_mul(1_000_000)).block();
 }
 
 fn write(item: &str, delta: i64, fence: u64, idempotency_key: Option<&str>) -> Reply {
@@ -308,41 +350,41 @@ fn export(request: &Request) -> Reply {
 }
 
 fn join(request: &Request, item: &str, session: &str) -> Reply {
-    if serde_json::from_slice::<serde_json::Value>(&request.body).is_err() {
+    let Ok(editor) = serde_json::from_slice::<serde_json::Value>(&request.body) else {
         return Reply::error(400, "body", "the editor's value must be JSON");
-    }
-    match ephemeral::upsert(&editors(), item, session, &request.body) {
+    };
+    match editors().upsert(item, session, &editor) {
         Ok(written) => Reply::ok(json!({
             "revision": written.revision.to_string(),
             "updatedAt": written.updated_at,
         })),
-        Err(error) => ephemeral_error(error),
+        Err(error) => space_error(error),
     }
 }
 
 fn touch(item: &str, session: &str) -> Reply {
-    match ephemeral::touch(&editors(), item, session) {
+    match editors().touch(item, session) {
         Ok(true) => Reply::ok(json!({ "renewed": true })),
         // Seed 000: recreate the entry when touch says it is gone.
         Ok(false) => Reply::with_status(404, json!({ "renewed": false })),
-        Err(error) => ephemeral_error(error),
+        Err(error) => space_error(error),
     }
 }
 
 fn leave(item: &str, session: &str) -> Reply {
-    match ephemeral::delete(&editors(), item, session) {
+    match editors().delete(item, session) {
         Ok(deleted) => Reply::ok(json!({ "deleted": deleted })),
-        Err(error) => ephemeral_error(error),
+        Err(error) => space_error(error),
     }
 }
 
 fn snapshot(item: &str) -> Reply {
-    match ephemeral::snapshot(&editors(), item, None) {
+    match editors().snapshot(item, None) {
         Ok(snapshot) => Reply::ok(json!({
-            "editors": snapshot.entries.iter().map(entry_json).collect::<Vec<_>>(),
+            "editors": snapshot.entries.iter().map(editor_json).collect::<Vec<_>>(),
             "revision": snapshot.revision.to_string(),
         })),
-        Err(error) => ephemeral_error(error),
+        Err(error) => space_error(error),
     }
 }
 
@@ -358,7 +400,7 @@ fn watch(request: &Request, item: &str) -> Reply {
         Ok(timeout) => timeout.unwrap_or(10_000),
         Err(reply) => return reply,
     };
-    let watcher = match ephemeral::watch(&editors(), item, None, after) {
+    let watcher = match ephemeral::watch(editors().raw(), item, None, after) {
         Ok(watcher) => watcher,
         Err(error) => return ephemeral_error(error),
     };
@@ -381,6 +423,15 @@ fn watch(request: &Request, item: &str) -> Reply {
         "revision": watcher.revision().to_string(),
         "resync": false,
     }))
+}
+
+fn editor_json(entry: &coord_sdk::Entry<serde_json::Value>) -> serde_json::Value {
+    json!({
+        "session": entry.key,
+        "value": entry.value,
+        "revision": entry.revision.to_string(),
+        "updatedAt": entry.updated_at,
+    })
 }
 
 fn entry_json(entry: &ephemeral::Entry) -> serde_json::Value {
@@ -496,6 +547,13 @@ fn describe_lock_error(error: &lock::Error) -> String {
         lock::Error::Unavailable(why) => format!("unavailable: {why}"),
         lock::Error::InvalidArgument(bad) => format!("{}: {}", bad.field, bad.reason),
         lock::Error::Internal(why) => format!("internal: {why}"),
+    }
+}
+
+fn space_error(error: coord_sdk::SpaceError) -> Reply {
+    match error {
+        coord_sdk::SpaceError::Ephemeral(error) => ephemeral_error(error),
+        other => Reply::error(500, "ephemeral", &other.to_string()),
     }
 }
 

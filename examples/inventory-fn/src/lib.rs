@@ -2,7 +2,7 @@
 //! inventory service of seed 000.
 //!
 //! It imports `coord:sync/lock`, `ephemeral` and `ratelimit` (the `client`
-//! world) and is composed with `coord.wasm` before it runs (`coord compose`,
+//! world, through `coord-sdk`) and is composed with `coord.wasm` before it runs (`coord compose`,
 //! or `coord serve`, which composes on the fly). Routes:
 //!
 //! | Route | What it does |
@@ -10,6 +10,7 @@
 //! | `GET /items/{item}` | the item's stock and newest fence |
 //! | `POST /items/{item}/adjust?delta=N[&wait_ms=T]` | lock, write with the fence, release |
 //! | `POST /items/{item}/lock[?ttl_ms=T]` | hold the item's lock across requests; replies with the lock |
+//! | `POST /items/{item}/audit[?steps=N&step_ms=S&ttl_ms=T]` | a long job under the lock, kept alive between steps |
 //! | `POST /items/{item}/adjust?delta=N` + lock body | write under a lock held across requests |
 //! | `POST /items/{item}/lock/extend[?ttl_ms=T]` + lock body | extend it (409 when lost) |
 //! | `DELETE /items/{item}/lock` + lock body | release it |
@@ -39,11 +40,18 @@ mod http;
 mod inventory;
 mod records;
 
-/// Bindings to coord's interfaces (imports only) and the store.
+/// Bindings to the store, this example's system of record. coord's own
+/// interfaces come from `coord-sdk`, whose bindings these reuse.
 mod bindings {
     wit_bindgen::generate!({
         path: ["../../wit", "wit"],
         world: "coord-example:inventory/function",
+        with: {
+            "coord:sync/lock@0.1.0": coord_sdk::lock,
+            "coord:sync/lease@0.1.0": coord_sdk::lease,
+            "coord:sync/ephemeral@0.1.0": coord_sdk::ephemeral,
+            "coord:sync/ratelimit@0.1.0": coord_sdk::ratelimit,
+        },
         generate_all,
     });
 }
