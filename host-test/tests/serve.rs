@@ -559,3 +559,28 @@ async fn a_long_audit_keeps_its_lock_alive_by_hand_past_its_ttl() {
     assert_eq!(limits.status, 400);
     assert_eq!(limits.json["field"], "steps");
 }
+
+/// `coord demo`, the README's story without HTTP, runs its five scenes to
+/// the end: the stale write and the old epoch refused, the lease handed over.
+#[test]
+fn the_demo_runs_its_five_scenes() {
+    let output = Command::new(env!("CARGO_BIN_EXE_coord"))
+        .arg("demo")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "write refused",
+        "done after 1.5 s, five TTLs; released",
+        "took the lease over; the grace has",
+        "does not write: node-b holds it",
+        "Done.",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+}

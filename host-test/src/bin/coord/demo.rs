@@ -14,13 +14,14 @@ use crate::inventory::Inventory;
 const LOCK_ID: &str = "inventory.stock";
 
 /// Prints a line prefixed by the time since the demo began.
-struct Log {
+pub struct Log {
     start: Instant,
     pid: u32,
 }
 
 impl Log {
-    fn say(&self, who: &str, what: impl std::fmt::Display) {
+    /// Print `what`, said by `who`.
+    pub fn say(&self, who: &str, what: impl std::fmt::Display) {
         let ms = self.start.elapsed().as_secs_f64() * 1000.0;
         println!("{ms:>6.0} ms  {:<18} {what}", format!("{who}@{}", self.pid));
     }
@@ -30,7 +31,7 @@ fn failed(e: Error) -> wasmtime::Error {
     wasmtime::format_err!("lock call failed: {e:?}")
 }
 
-/// Run the three scenes on `backend`, writing to `inventory`.
+/// Run the five scenes on `backend`, writing to `inventory`.
 pub async fn run(
     backend: Arc<dyn Backend>,
     inventory: Inventory,
@@ -135,7 +136,14 @@ pub async fn run(
         .iter()
         .map(|i| i.store_calls())
         .sum::<u64>();
-    println!("\nDone: scenes 2 and 3 took {calls} store calls in all.");
+    println!("\nScenes 2 and 3 took {calls} store calls in all.");
+
+    println!("\n4. A job of five TTLs under with_lock, its lock refreshed beside it.");
+    crate::long_work::job_under_with_lock(&runtime, &inventory, &log).await?;
+
+    println!("\n5. A node holding a lease crashes; another takes over after the grace.");
+    crate::long_work::lease_failover(&runtime, &inventory, &log).await?;
+    println!("\nDone.");
     Ok(())
 }
 

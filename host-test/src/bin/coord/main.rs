@@ -7,6 +7,7 @@
 
 mod demo;
 mod inventory;
+mod long_work;
 
 use std::process::ExitCode;
 use std::sync::Arc;
