@@ -119,34 +119,55 @@ impl Server {
     /// Accept connections on `listener` and serve them until the task is
     /// dropped. HTTP/1.1 with keep-alive.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        self.serve_until(listener, std::future::pending(), Duration::ZERO)
+            .await
+    }
+
+    /// [`Server::serve`] until `shutdown` resolves; then stop accepting, let
+    /// the requests already running finish (keep-alive connections close
+    /// after their current request) for up to `grace`, and return.
+    pub async fn serve_until(
+        self: Arc<Self>,
+        listener: TcpListener,
+        shutdown: impl std::future::Future<Output = ()>,
+        grace: Duration,
+    ) -> std::io::Result<()> {
+        let connections = hyper_util::server::graceful::GracefulShutdown::new();
+        tokio::pin!(shutdown);
         loop {
-            let client = match listener.accept().await {
-                Ok((client, _)) => client,
-                // Out of file descriptors (many clients at once) is a moment,
-                // not the end of the server: the timeouts below free them.
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
+            let client = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((client, _)) => client,
+                    // Out of file descriptors (many clients at once) is a
+                    // moment, not the end of the server: the timeouts free them.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
             };
             // Small replies must not wait for Nagle's algorithm.
             let _ = client.set_nodelay(true);
             let server = self.clone();
-            let read_timeout = self.read_timeout;
+            let service = hyper::service::service_fn(move |request| {
+                let server = server.clone();
+                async move { Ok::<_, std::convert::Infallible>(server.handle(request).await) }
+            });
+            let connection = http1::Builder::new()
+                .keep_alive(true)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(self.read_timeout)
+                .serve_connection(TokioIo::new(client), service);
+            let connection = connections.watch(connection);
+            // A client that hangs up mid-request is not the server's error.
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request| {
-                    let server = server.clone();
-                    async move { Ok::<_, std::convert::Infallible>(server.handle(request).await) }
-                });
-                // A client that hangs up mid-request is not the server's error.
-                let _ = http1::Builder::new()
-                    .keep_alive(true)
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(read_timeout)
-                    .serve_connection(TokioIo::new(client), service)
-                    .await;
+                let _ = connection.await;
             });
         }
+        drop(listener);
+        let _ = tokio::time::timeout(grace, connections.shutdown()).await;
+        Ok(())
     }
 
     /// Run one request in a fresh instance of the function. Failures of the

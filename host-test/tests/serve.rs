@@ -584,3 +584,56 @@ fn the_demo_runs_its_five_scenes() {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
 }
+
+/// SIGTERM while a request runs: the server stops accepting, lets the
+/// running request finish within the grace period, and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_running_requests_finish_then_exits_zero() {
+    let mut serve = Serve::start(&["--grace-ms", "5000"]);
+    let address = serve.address.clone();
+    let running = serve.call(
+        "POST",
+        "/items/kiwi/audit?steps=4&step_ms=250&ttl_ms=10000",
+        None,
+        "",
+    );
+    let stop = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        serve.terminate();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        // No longer accepting.
+        tokio::net::TcpStream::connect(&address).await.is_err()
+    };
+    let (finished, refused) = tokio::join!(running, stop);
+    assert_eq!(finished.status, 200, "not cut off: {}", finished.json);
+    assert_eq!(finished.json["steps"], 4);
+    assert!(refused, "new connections are refused after SIGTERM");
+    let status = serve.wait();
+    assert!(status.success(), "exits 0: {status:?}");
+}
+
+/// The command line: help for every command, and errors that name the flag.
+#[test]
+fn the_command_line_has_help_and_names_a_bad_flag() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_coord"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let help = run(&["--help"]);
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    for command in ["serve", "compose", "demo"] {
+        assert!(text.contains(command), "{text}");
+        let sub = run(&[command, "--help"]);
+        assert!(sub.status.success(), "{command} --help");
+    }
+    let bad = run(&["serve", "--max-requests", "0"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&bad.stderr);
+    assert!(error.contains("--max-requests"), "{error}");
+    let unknown = run(&["serve", "--no-such-flag"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("--no-such-flag"));
+}

@@ -80,6 +80,22 @@ impl Serve {
     }
 }
 
+impl Serve {
+    /// Send the process SIGTERM, as an orchestrator stopping it would.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Wait for the process to exit; its exit status.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().unwrap()
+    }
+}
+
 impl Drop for Serve {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -13,40 +13,101 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::{Args, Parser, Subcommand};
 use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::serve::Server;
 
-const USAGE: &str = "\
-usage: coord serve [FUNCTION.wasm] [--redis [URL]] [--prefix NAME] [--listen ADDR]
-                   [--max-requests N] [--read-timeout-ms MS]
-       coord compose FUNCTION.wasm -o OUT.wasm
-       coord demo [--redis [URL]]
-       coord help
+/// coord: distributed locks, leases, ephemeral state and rate limits for
+/// WebAssembly edge functions.
+#[derive(Parser)]
+#[command(name = "coord", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-  serve            run a wasi:http edge function, one instance per request:
-                   FUNCTION.wasm, else the built-in inventory example; a
-                   function importing coord:sync/lock, ephemeral or ratelimit
-                   is composed with the coord component first
-  --listen ADDR    where to listen (default 127.0.0.1:8080)
-  --max-requests N requests run at once, each in its own instance (default
-                   500); one more is answered 503
-  --read-timeout-ms MS
-                   how long a client may take to send a request's headers,
-                   and then its body (default 10000); a slower one gets 408
-                   and holds no instance meanwhile
-  --redis [URL]    keep coordination state in Redis instead of in memory:
-                   URL, else $REDIS_URL, else redis://127.0.0.1:6379
-                   (rediss:// for TLS); processes on one Redis share it
-  --prefix NAME    the first part of every Redis key (default coord)
-  compose          plug the coord component into FUNCTION.wasm and write the
-                   result, which imports only the store and what the
-                   function itself imports
-  demo             component instances contend for inventory locks, on the
-                   in-memory store by default";
+#[derive(Subcommand)]
+enum Command {
+    /// Run a wasi:http edge function, one instance per request.
+    ///
+    /// FUNCTION.wasm, else the built-in inventory example. A function that
+    /// imports coord's interfaces is composed with the coord component first.
+    Serve(ServeArgs),
+    /// Plug the coord component into FUNCTION.wasm and write the result,
+    /// which imports only the store and what the function itself imports.
+    Compose {
+        /// The function component to compose.
+        function: String,
+        /// Where to write the composed component.
+        #[arg(short, long)]
+        out: String,
+    },
+    /// Component instances contend for inventory locks, a long job keeps its
+    /// lock, a lease moves between two nodes.
+    Demo {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
 
 /// Where coordination state lives.
+#[derive(Args)]
+struct StoreArgs {
+    /// Keep coordination state in Redis instead of in memory: URL, else
+    /// $REDIS_URL, else redis://127.0.0.1:6379 (rediss:// for TLS).
+    /// Processes on one Redis share it. Without the flag, a non-empty
+    /// $COORD_REDIS_URL means the same as --redis $COORD_REDIS_URL.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    redis: Option<String>,
+    /// The first part of every Redis key.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "coord",
+        env = "COORD_PREFIX"
+    )]
+    prefix: String,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The wasi:http function to serve (default: the built-in inventory
+    /// example).
+    function: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Where to listen.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080",
+        env = "COORD_LISTEN"
+    )]
+    listen: String,
+    /// Requests run at once, each in its own instance; one more is answered
+    /// 503.
+    #[arg(long, value_name = "N", default_value_t = coord_host::serve::MAX_CONCURRENT_REQUESTS,
+          value_parser = clap::value_parser!(u32).range(1..), env = "COORD_MAX_REQUESTS")]
+    max_requests: u32,
+    /// How long a client may take to send a request's headers, and then its
+    /// body; a slower one gets 408 and holds no instance meanwhile.
+    #[arg(long, value_name = "MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..), env = "COORD_READ_TIMEOUT_MS")]
+    read_timeout_ms: u64,
+    /// On SIGTERM or Ctrl-C: stop accepting, and let running requests finish
+    /// for up to this long before exiting.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 10_000,
+        env = "COORD_GRACE_MS"
+    )]
+    grace_ms: u64,
+}
+
+/// Where coordination state lives, resolved.
 pub enum Target {
     /// One process, in memory.
     Memory,
@@ -59,20 +120,23 @@ pub enum Target {
     },
 }
 
-/// A parsed command line.
-enum Command {
-    Demo(Target),
-    Serve {
-        function: Option<String>,
-        target: Target,
-        listen: String,
-        max_requests: u32,
-        read_timeout: Duration,
-    },
-    Compose {
-        function: String,
-        out: String,
-    },
+impl StoreArgs {
+    fn target(&self) -> Target {
+        let from_env = std::env::var("COORD_REDIS_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty());
+        match self.redis.clone().or(from_env).as_deref() {
+            None => Target::Memory,
+            Some(url) => Target::Redis {
+                url: if url.trim().is_empty() {
+                    default_redis_url(std::env::var("REDIS_URL").ok())
+                } else {
+                    url.to_string()
+                },
+                prefix: self.prefix.clone(),
+            },
+        }
+    }
 }
 
 /// The Redis URL `--redis` without one means: `$REDIS_URL`, unless it is
@@ -84,118 +148,12 @@ fn default_redis_url(from_env: Option<String>) -> String {
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
 }
 
-fn parse(args: &[String]) -> Result<Command, String> {
-    let (command, rest) = args.split_first().ok_or("no command given")?;
-    let mut function = None;
-    let mut out = None;
-    let mut redis = None;
-    let mut prefix = None;
-    let mut listen = None;
-    let mut max_requests = None;
-    let mut read_timeout = None;
-    let mut rest = rest.iter().peekable();
-    while let Some(arg) = rest.next() {
-        let mut value = |flag: &str| {
-            rest.next_if(|next| !next.starts_with("--"))
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match arg.as_str() {
-            "--redis" => {
-                // The URL is optional: take the next argument only if it is one.
-                let url = rest.next_if(|next| next.contains("://")).cloned();
-                redis =
-                    Some(url.unwrap_or_else(|| default_redis_url(std::env::var("REDIS_URL").ok())));
-            }
-            "--prefix" => prefix = Some(value("--prefix")?),
-            "--listen" => listen = Some(value("--listen")?),
-            "--max-requests" => {
-                let n = value("--max-requests")?;
-                let n =
-                    n.parse().ok().filter(|&n: &u32| n > 0).ok_or_else(|| {
-                        format!("--max-requests must be a positive number, not {n}")
-                    })?;
-                max_requests = Some(n);
-            }
-            "--read-timeout-ms" => {
-                let ms = value("--read-timeout-ms")?;
-                let ms = ms.parse().ok().filter(|&ms: &u64| ms > 0).ok_or_else(|| {
-                    format!("--read-timeout-ms must be a positive number, not {ms}")
-                })?;
-                read_timeout = Some(Duration::from_millis(ms));
-            }
-            "-o" | "--out" => out = Some(value("-o")?),
-            flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
-            path if function.is_none() => function = Some(path.to_string()),
-            extra => return Err(format!("unexpected argument {extra}")),
-        }
-    }
-    let target = match redis {
-        Some(url) => Target::Redis {
-            url,
-            prefix: prefix.unwrap_or_else(|| "coord".into()),
-        },
-        None if prefix.is_some() => return Err("--prefix needs --redis".into()),
-        None => Target::Memory,
-    };
-    match command.as_str() {
-        "demo"
-            if function.is_none()
-                && listen.is_none()
-                && out.is_none()
-                && max_requests.is_none()
-                && read_timeout.is_none() =>
-        {
-            Ok(Command::Demo(target))
-        }
-        "serve" if out.is_none() => Ok(Command::Serve {
-            function,
-            target,
-            listen: listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
-            max_requests: max_requests.unwrap_or(coord_host::serve::MAX_CONCURRENT_REQUESTS),
-            read_timeout: read_timeout.unwrap_or(coord_host::serve::READ_TIMEOUT),
-        }),
-        "compose"
-            if listen.is_none()
-                && max_requests.is_none()
-                && read_timeout.is_none()
-                && matches!(target, Target::Memory) =>
-        {
-            Ok(Command::Compose {
-                function: function.ok_or("compose needs FUNCTION.wasm")?,
-                out: out.ok_or("compose needs -o OUT.wasm")?,
-            })
-        }
-        other => Err(format!("unknown command or options for {other}")),
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if matches!(
-        args.first().map(String::as_str),
-        Some("help" | "--help" | "-h")
-    ) {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    let command = match parse(&args) {
-        Ok(command) => command,
-        Err(why) => {
-            eprintln!("coord: {why}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let outcome = match command {
-        Command::Demo(target) => demo(target).await,
-        Command::Serve {
-            function,
-            target,
-            listen,
-            max_requests,
-            read_timeout,
-        } => serve(function, target, &listen, max_requests, read_timeout).await,
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Demo { store } => demo(store.target()).await,
+        Command::Serve(args) => serve(args).await,
         Command::Compose { function, out } => compose(&function, &out),
     };
     match outcome {
@@ -239,14 +197,8 @@ async fn demo(target: Target) -> wasmtime::Result<()> {
     demo::run(backend, inventory, &place).await
 }
 
-async fn serve(
-    function: Option<String>,
-    target: Target,
-    listen: &str,
-    max_requests: u32,
-    read_timeout: Duration,
-) -> wasmtime::Result<()> {
-    let (bytes, name) = match &function {
+async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
+    let (bytes, name) = match &args.function {
         Some(path) => (
             std::fs::read(path).map_err(|e| wasmtime::format_err!("reading {path}: {e}"))?,
             path.clone(),
@@ -256,10 +208,12 @@ async fn serve(
             "the built-in inventory function".into(),
         ),
     };
-    let (backend, place) = backend(&target).await?;
+    let (backend, place) = backend(&args.store.target()).await?;
     let server = Arc::new(
-        Server::with_capacity(&bytes, backend, max_requests)?.with_read_timeout(read_timeout),
+        Server::with_capacity(&bytes, backend, args.max_requests)?
+            .with_read_timeout(Duration::from_millis(args.read_timeout_ms)),
     );
+    let listen = &args.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| wasmtime::format_err!("listening on {listen}: {e}"))?;
@@ -272,12 +226,35 @@ async fn serve(
     // Tests and scripts read this line to learn the port (with --listen ...:0).
     println!("coord serve: listening on http://{address}");
     println!("coord serve: {name}{composed}; state in {place}");
-    tokio::select! {
-        served = server.serve(listener) => served.map_err(|e| wasmtime::format_err!("serving: {e}")),
-        _ = tokio::signal::ctrl_c() => {
-            println!("coord serve: stopped");
-            Ok(())
+    let grace = Duration::from_millis(args.grace_ms);
+    server
+        .serve_until(listener, shutdown_signal(), grace)
+        .await
+        .map_err(|e| wasmtime::format_err!("serving: {e}"))?;
+    println!("coord serve: stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM (what an orchestrator sends) or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
