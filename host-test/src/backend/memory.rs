@@ -197,6 +197,10 @@ impl MemoryBackend {
 
 #[async_trait]
 impl Backend for MemoryBackend {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
     async fn now(&self) -> Result<Millis, StoreError> {
         Ok(self.clock.now_ms())
     }

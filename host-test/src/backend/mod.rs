@@ -27,6 +27,10 @@ pub const DEFAULT_RETENTION_MS: u64 = 600_000;
 /// A revisioned, partitioned key-value store with TTLs (`coord:sync/store`).
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
+    /// What kind of store this is (`memory`, `redis`), for metrics and logs.
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
     /// The store's clock, in milliseconds.
     async fn now(&self) -> Result<Millis, StoreError>;
     /// Read one key.

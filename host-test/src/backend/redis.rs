@@ -1076,6 +1076,10 @@ impl<'a> Reader<'a> {
 
 #[async_trait]
 impl Backend for RedisBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
     async fn now(&self) -> Result<Millis, StoreError> {
         if let Some(clock) = &self.config.test_clock {
             return Ok(clock.now_ms());

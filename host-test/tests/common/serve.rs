@@ -23,6 +23,8 @@ impl Serve {
             .arg("serve")
             .args(args)
             .args(["--listen", "127.0.0.1:0"])
+            // One log line per request would bury the test's own output.
+            .env("COORD_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();

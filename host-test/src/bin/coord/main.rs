@@ -105,6 +105,10 @@ struct ServeArgs {
         env = "COORD_GRACE_MS"
     )]
     grace_ms: u64,
+    /// Serve /metrics (Prometheus), /healthz and /readyz on a listener of
+    /// their own at ADDR (off by default).
+    #[arg(long, value_name = "ADDR", env = "COORD_ADMIN")]
+    admin: Option<String>,
 }
 
 /// Where coordination state lives, resolved.
@@ -151,6 +155,15 @@ fn default_redis_url(from_env: Option<String>) -> String {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Logs go to standard error, one line per request at `info`; the level
+    // comes from COORD_LOG (an env filter: `warn`, `coord::request=info`).
+    let filter = tracing_subscriber::EnvFilter::try_from_env("COORD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let outcome = match cli.command {
         Command::Demo { store } => demo(store.target()).await,
         Command::Serve(args) => serve(args).await,
@@ -223,9 +236,27 @@ async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
     } else {
         ""
     };
+    // Bound before the first line below, so the admin routes answer as
+    // soon as a script has read it.
+    let admin = match &args.admin {
+        Some(admin) => Some(
+            tokio::net::TcpListener::bind(admin)
+                .await
+                .map_err(|e| wasmtime::format_err!("listening on --admin {admin}: {e}"))?,
+        ),
+        None => None,
+    };
     // Tests and scripts read this line to learn the port (with --listen ...:0).
     println!("coord serve: listening on http://{address}");
     println!("coord serve: {name}{composed}; state in {place}");
+    if let Some(listener) = admin {
+        println!(
+            "coord serve: admin on http://{} (/metrics, /healthz, /readyz)",
+            listener.local_addr()?
+        );
+        let (metrics, store) = (server.metrics().clone(), server.store().clone());
+        tokio::spawn(coord_host::serve::admin::serve(listener, metrics, store));
+    }
     let grace = Duration::from_millis(args.grace_ms);
     server
         .serve_until(listener, shutdown_signal(), grace)

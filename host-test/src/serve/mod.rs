@@ -9,6 +9,7 @@
 //! runs as it is.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -30,6 +31,11 @@ use wasmtime_wasi_http::{
 use crate::HostState;
 use crate::backend::Backend;
 use crate::compose;
+
+pub mod admin;
+pub mod metrics;
+
+use metrics::{MeteredBackend, RequestLabels, RouteLabels, ServeMetrics};
 
 /// The example edge function (`examples/inventory-fn`), not yet composed.
 pub const INVENTORY_FUNCTION: &[u8] =
@@ -58,9 +64,13 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// A compiled, pre-linked edge function over one store backend.
 pub struct Server {
     pre: ProxyPre<RequestState>,
+    /// The store, behind the metrics' counting wrapper.
     backend: Arc<dyn Backend>,
+    /// The store as given, for the admin listener's readiness check.
+    store: Arc<dyn Backend>,
     composed: bool,
     read_timeout: Duration,
+    metrics: Arc<ServeMetrics>,
 }
 
 impl Server {
@@ -96,12 +106,30 @@ impl Server {
         let pre = ProxyPre::new(linker.instantiate_pre(&component)?)
             .context("the function must export wasi:http/incoming-handler")?;
         start_epoch_ticker(&engine);
+        let metrics = Arc::new(ServeMetrics::default());
+        let metered = Arc::new(MeteredBackend::new(
+            backend.clone(),
+            metrics.clone(),
+            backend.kind(),
+        ));
         Ok(Server {
             pre,
-            backend,
+            backend: metered,
+            store: backend,
             composed,
             read_timeout: READ_TIMEOUT,
+            metrics,
         })
+    }
+
+    /// What this server counts (served by [`admin::serve`]).
+    pub fn metrics(&self) -> &Arc<ServeMetrics> {
+        &self.metrics
+    }
+
+    /// The store this server was given (not the counting wrapper).
+    pub fn store(&self) -> &Arc<dyn Backend> {
+        &self.store
     }
 
     /// This server with `timeout` for reading a request's headers, and
@@ -176,10 +204,40 @@ impl Server {
         &self,
         request: hyper::Request<Incoming>,
     ) -> hyper::Response<HyperOutgoingBody> {
-        match self.run(request).await {
+        let arrived = std::time::Instant::now();
+        let log = RequestLog {
+            method: request.method().to_string(),
+            path: request.uri().path().to_string(),
+            arrived,
+            status: Arc::new(std::sync::atomic::AtomicU16::new(0)),
+        };
+        let response = match self.run(request, arrived, log.clone()).await {
             Ok(response) => response,
-            Err(failure) => failure.into_response(),
-        }
+            Err(failure) => {
+                let response = failure.into_response();
+                // No handler ran: the line is written here.
+                log.status
+                    .store(response.status().as_u16(), Ordering::Relaxed);
+                log.write(0, None);
+                response
+            }
+        };
+        let status = response.status().as_u16();
+        log.status.store(status, Ordering::Relaxed);
+        let route = self.metrics.route_class(&log.path);
+        self.metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                method: log.method.clone(),
+                route: route.clone(),
+                status,
+            })
+            .inc();
+        self.metrics
+            .latency
+            .get_or_create(&RouteLabels { route })
+            .observe(arrived.elapsed().as_secs_f64());
+        response
     }
 
     /// Read the body whole, within the read timeout and the size limit,
@@ -213,8 +271,9 @@ impl Server {
     async fn run(
         &self,
         request: hyper::Request<Incoming>,
+        arrived: std::time::Instant,
+        log: RequestLog,
     ) -> Result<hyper::Response<HyperOutgoingBody>, Failure> {
-        let arrived = std::time::Instant::now();
         let request = self.read_whole(request).await?;
         let mut store = Store::new(
             self.pre.engine(),
@@ -243,20 +302,40 @@ impl Server {
             .http()
             .new_response_outparam(sender)
             .map_err(Failure::internal)?;
-        let proxy = self
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(Failure::no_instance)?;
+        let waiting = std::time::Instant::now();
+        let proxy = match self.pre.instantiate_async(&mut store).await {
+            Ok(proxy) => proxy,
+            Err(error) => {
+                self.metrics.pool_rejections.inc();
+                return Err(Failure::no_instance(error));
+            }
+        };
+        let instance_wait = waiting.elapsed();
+        let in_use = InUse::new(&self.metrics);
         // The handler runs on its own task: it may go on streaming the body
-        // after it has set the response.
+        // after it has set the response. Its log line is written when it ends.
+        let (status_known, status) = tokio::sync::oneshot::channel::<u16>();
         let task = tokio::spawn(async move {
-            proxy
+            let handled = proxy
                 .wasi_http_incoming_handler()
                 .call_handle(&mut store, incoming, outparam)
-                .await
+                .await;
+            drop(in_use);
+            // A response was sent: its line, with every store call the
+            // handler made. (Without one, `handle` writes the line.)
+            if let Ok(code) = status.await {
+                log.status.store(code, Ordering::Relaxed);
+                log.write(store.data().host.store_calls(), Some(instance_wait));
+            }
+            handled
         });
-        match receiver.await {
+        let received = receiver.await;
+        if let Ok(Ok(response)) = &received {
+            let _ = status_known.send(response.status().as_u16());
+        } else {
+            drop(status_known);
+        }
+        match received {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(code)) => Err(Failure::internal(format!("the function failed: {code:?}"))),
             Err(_) => Err(match task.await {
@@ -265,6 +344,49 @@ impl Server {
                 Err(join) => Failure::internal(format!("the request task failed: {join}")),
             }),
         }
+    }
+}
+
+/// What a request's log line says, gathered as it runs.
+#[derive(Clone)]
+struct RequestLog {
+    method: String,
+    path: String,
+    arrived: std::time::Instant,
+    /// The response's status, once known (0 before).
+    status: Arc<std::sync::atomic::AtomicU16>,
+}
+
+impl RequestLog {
+    /// One line per request: method, path, status, duration, store calls,
+    /// and how long the request waited for its instance.
+    fn write(&self, store_calls: u64, instance_wait: Option<Duration>) {
+        let status = self.status.load(Ordering::Relaxed);
+        let duration_us = self.arrived.elapsed().as_micros();
+        let instance_wait_us = instance_wait.map_or(0, |w| w.as_micros());
+        if status >= 500 {
+            tracing::warn!(target: "coord::request", method = %self.method, path = %self.path,
+                status, duration_us, store_calls, instance_wait_us);
+        } else {
+            tracing::info!(target: "coord::request", method = %self.method, path = %self.path,
+                status, duration_us, store_calls, instance_wait_us);
+        }
+    }
+}
+
+/// Counts an instance as in use while it lives.
+struct InUse(Arc<ServeMetrics>);
+
+impl InUse {
+    fn new(metrics: &Arc<ServeMetrics>) -> InUse {
+        metrics.instances_in_use.inc();
+        InUse(metrics.clone())
+    }
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        self.0.instances_in_use.dec();
     }
 }
 
