@@ -8,6 +8,7 @@
 mod demo;
 mod inventory;
 mod long_work;
+mod operate;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -50,11 +51,20 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// See or free a lock, as functions see it (operator commands).
+    #[command(subcommand)]
+    Lock(operate::LockCommand),
+    /// See or follow a tenant's ephemeral entries (operator commands).
+    #[command(subcommand)]
+    Ephemeral(operate::EphemeralCommand),
+    /// Peek at or reset a rate-limit key (operator commands).
+    #[command(subcommand)]
+    Limit(operate::LimitCommand),
 }
 
 /// Where coordination state lives.
 #[derive(Args)]
-struct StoreArgs {
+pub struct StoreArgs {
     /// Keep coordination state in Redis instead of in memory: URL, else
     /// $REDIS_URL, else redis://127.0.0.1:6379 (rediss:// for TLS).
     /// Processes on one Redis share it. Without the flag, a non-empty
@@ -125,7 +135,8 @@ pub enum Target {
 }
 
 impl StoreArgs {
-    fn target(&self) -> Target {
+    /// Where these arguments (and COORD_REDIS_URL) say the state lives.
+    pub fn target(&self) -> Target {
         let from_env = std::env::var("COORD_REDIS_URL")
             .ok()
             .filter(|url| !url.trim().is_empty());
@@ -168,6 +179,9 @@ async fn main() -> ExitCode {
         Command::Demo { store } => demo(store.target()).await,
         Command::Serve(args) => serve(args).await,
         Command::Compose { function, out } => compose(&function, &out),
+        Command::Lock(command) => operate::lock(command).await,
+        Command::Ephemeral(command) => operate::ephemeral(command).await,
+        Command::Limit(command) => operate::limit(command).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -179,7 +193,7 @@ async fn main() -> ExitCode {
 }
 
 /// Connect to where coordination state lives; says where, for the log.
-async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, String)> {
+pub async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, String)> {
     match target {
         Target::Memory => Ok((
             Arc::new(MemoryBackend::default()),
