@@ -1,0 +1,236 @@
+//! `wait-then-put` on a connection of its own: `XREAD BLOCK` on the feed,
+//! the put's `EVALSHA` behind it in the same write, and the pool of those
+//! connections.
+
+use super::*;
+
+impl RedisBackend {
+    /// `wait-then-put` on a connection of its own: `XREAD BLOCK` on the
+    /// feed, the put's `EVALSHA` behind it in the same write. `None` when
+    /// this call should wait and put apart instead: every blocking
+    /// connection is in use, none could be opened, or Redis refused the
+    /// `XREAD` (and the put it then ran at once did not apply).
+    ///
+    /// The host ends the block itself at the timeout, with `CLIENT UNBLOCK`
+    /// from the main connection: Redis times blocked commands out only at
+    /// its cron tick (every 100 ms at the default `hz`), so its own timeout,
+    /// a response timeout later, is only the backstop.
+    #[allow(clippy::too_many_arguments)] // the WIT function's parameters, one for one
+    pub(super) async fn blocking_wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<i64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Option<Result<WriteReply, StoreError>> {
+        let slot = BlockingSlot::take(self)?;
+        // A connection that cannot be opened (a client limit, say) leaves the
+        // shared connections, which may still serve.
+        let mut conn = slot.connection().await.ok()?;
+        let mut put = self.script(partition, "put");
+        let sent = write_args(&mut put, key, Some(value), ttl_ms, condition);
+        let unblock = !self.unblock_refused.load(Ordering::Relaxed);
+        let backstop = if unblock {
+            u64::try_from(self.config.response_timeout.as_millis()).unwrap_or(u64::MAX)
+        } else {
+            0
+        };
+        let mut pipe = ::redis::pipe();
+        // Entries of the feed after `after` (its ids are "<revision>-0"):
+        // the first one there is, or the first one appended while blocked.
+        // One is enough to end the wait.
+        pipe.cmd("XREAD")
+            .arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(timeout_ms.saturating_add(backstop))
+            .arg("STREAMS")
+            .arg(self.key(partition, "f"))
+            .arg(format!("{after}-0"))
+            .add_command(put.clone())
+            .ignore_errors();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let limit = Duration::from_millis(timeout_ms.saturating_add(backstop))
+            .saturating_add(self.config.response_timeout);
+        let exchange = async {
+            let replies = pipe.query_async::<Vec<Value>>(&mut conn.conn);
+            tokio::pin!(replies);
+            if unblock {
+                tokio::select! {
+                    replies = &mut replies => return replies,
+                    _ = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {}
+                }
+                // Nothing blocked yet means the XREAD has not reached Redis
+                // (a timeout of a millisecond, a busy host) or was answered
+                // just now: ask again until it is ended or its reply is here.
+                while let Some(false) = self.unblock(conn.id).await {
+                    tokio::select! {
+                        replies = &mut replies => return replies,
+                        _ = tokio::time::sleep(Duration::from_millis(1)) => {}
+                    }
+                }
+            }
+            replies.await
+        };
+        let replies = match tokio::time::timeout(limit, exchange).await {
+            Ok(Ok(replies)) => replies,
+            Ok(Err(e)) => return Some(Err(unavailable(e))),
+            Err(_) => {
+                return Some(Err(StoreError::Unavailable(format!(
+                    "redis: no reply to a wait-then-put within {} ms",
+                    limit.as_millis()
+                ))));
+            }
+        };
+        let mut replies = replies.into_iter();
+        let (Some(read), Some(reply)) = (replies.next(), replies.next()) else {
+            return Some(Err(malformed("a wait-then-put without both replies")));
+        };
+        slot.keep(conn);
+        let reply = match reply.extract_error() {
+            Ok(reply) => write_reply(reply, key, sent),
+            // A restarted or flushed server forgot the script: the wait is
+            // over, so load it and put again, once.
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                match self.run_script_value(&put, &self.script).await {
+                    Ok(reply) => write_reply(reply, key, sent),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(unavailable(e)),
+        };
+        if let Value::ServerError(_) = read {
+            // Redis refused the XREAD, so the put ran without a wait. Keep
+            // what it wrote; otherwise wait and put apart, now and from now
+            // on (a refusal is a setting, not a moment).
+            self.blocking_refused.store(true, Ordering::Relaxed);
+            if !matches!(
+                &reply,
+                Ok(WriteReply {
+                    outcome: Outcome::Applied(_),
+                    ..
+                })
+            ) {
+                return None;
+            }
+        }
+        Some(reply)
+    }
+
+    /// End the block of connection `id` as if it had timed out, so that its
+    /// queued put runs now: whether a blocked command was ended, or `None`
+    /// when Redis could not be asked or refused. If it refused (`CLIENT
+    /// UNBLOCK` is an admin command an ACL may deny), later blocks end at
+    /// Redis's own timeout.
+    pub(super) async fn unblock(&self, id: i64) -> Option<bool> {
+        let mut conn = self.conn.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let unblocked = ::redis::cmd("CLIENT")
+            .arg("UNBLOCK")
+            .arg(id)
+            .arg("TIMEOUT")
+            .query_async::<i64>(&mut conn)
+            .await;
+        match unblocked {
+            Ok(1) => {
+                self.unblocked.fetch_add(1, Ordering::Relaxed);
+                Some(true)
+            }
+            Ok(_) => Some(false),
+            Err(e) => {
+                if e.kind() != ErrorKind::Io {
+                    self.unblock_refused.store(true, Ordering::Relaxed);
+                }
+                None
+            }
+        }
+    }
+}
+
+/// A connection `wait-then-put` blocks on, and whether it is known closed.
+pub(super) struct BlockingConnection {
+    pub(super) conn: MultiplexedConnection,
+    /// Its `CLIENT ID`, for `CLIENT UNBLOCK`.
+    pub(super) id: i64,
+    /// Set when the connection reports its disconnection.
+    pub(super) closed: Arc<AtomicBool>,
+}
+
+/// One `wait-then-put` blocking on a connection of its own; gives its place
+/// back when dropped, however the call ended.
+pub(super) struct BlockingSlot<'a> {
+    pub(super) backend: &'a RedisBackend,
+}
+
+impl<'a> BlockingSlot<'a> {
+    /// A place among the blocking calls, if one is free.
+    pub(super) fn take(backend: &'a RedisBackend) -> Option<Self> {
+        let max = backend.config.blocking_connections;
+        backend
+            .blocking
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        Some(BlockingSlot { backend })
+    }
+
+    /// An idle blocking connection that is still open, or a new one. Idle
+    /// ones the server closed meanwhile (a restart, an idle timeout, a
+    /// `CLIENT KILL`) are dropped here, before anything is sent on them.
+    /// Replies have no timeout of their own: the call bounds the exchange.
+    pub(super) async fn connection(&self) -> Result<BlockingConnection, StoreError> {
+        if let Ok(mut idle) = self.backend.idle_blocking.lock() {
+            while let Some(conn) = idle.pop() {
+                if !conn.closed.load(Ordering::Acquire) {
+                    return Ok(conn);
+                }
+            }
+        }
+        let closed = Arc::new(AtomicBool::new(false));
+        let flag = closed.clone();
+        let config = AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(self.backend.config.response_timeout))
+            .set_push_sender(move |push: PushInfo| {
+                if push.kind == PushKind::Disconnection {
+                    flag.store(true, Ordering::Release);
+                }
+                Ok::<(), std::convert::Infallible>(())
+            });
+        let mut conn = self
+            .backend
+            .blocking_client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(unavailable)?;
+        let id = tokio::time::timeout(
+            self.backend.config.response_timeout,
+            ::redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<i64>(&mut conn),
+        )
+        .await
+        .map_err(|_| StoreError::Unavailable("redis: no reply to CLIENT ID".into()))?
+        .map_err(unavailable)?;
+        self.backend.blocking_opened.fetch_add(1, Ordering::Relaxed);
+        Ok(BlockingConnection { conn, id, closed })
+    }
+
+    /// Keep `conn` for the next call: only a connection whose exchange ended
+    /// cleanly, never one a cancelled or failed call may have left blocked.
+    pub(super) fn keep(&self, conn: BlockingConnection) {
+        if let Ok(mut idle) = self.backend.idle_blocking.lock() {
+            idle.push(conn);
+        }
+    }
+}
+
+impl Drop for BlockingSlot<'_> {
+    fn drop(&mut self) {
+        self.backend.blocking.fetch_sub(1, Ordering::AcqRel);
+    }
+}

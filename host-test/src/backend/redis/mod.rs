@@ -1,0 +1,394 @@
+//! The Redis backend: the store contract on Redis (or Valkey), one round trip
+//! per call, ready for Redis Cluster.
+//!
+//! This file holds the configuration, the connections and the scripts'
+//! plumbing; `store.rs` is the `Backend` implementation, a list of store
+//! operations; `codec.rs` reads the scripts' packed replies and writes
+//! their arguments; `waiting.rs` is the pub/sub waiter registry;
+//! `blocking.rs` the connections a lock waiter's `wait-then-put` blocks on.
+//!
+//! Every operation is one `EVALSHA` of `redis.lua` (loaded once behind a line
+//! that sets this backend's history and retention, reloaded on `NOSCRIPT`),
+//! except `now`, which is one `TIME`, and `wait-then-put`, which
+//! is one `XREAD BLOCK` with the put's `EVALSHA` sent right behind it. The
+//! script keeps each partition in three keys that share one hash tag — `<prefix>:{p:<partition>}:e`
+//! (entries and the partition's meta), `:x` (expiry index), `:f` (change
+//! feed, a stream trimmed by whole nodes, its exact history enforced on
+//! read) — so it always touches one cluster slot. Time is Redis's own
+//! (`TIME` inside the script); due expiries are swept by the first script
+//! that touches the partition after them and recorded in the feed; every key carries a Redis
+//! TTL (the last entry's expiry plus the retention), so an abandoned
+//! partition disappears by itself. (Tests may give a [`ManualClock`] in
+//! [`RedisConfig::test_clock`]; its time then replaces `TIME`.)
+//!
+//! `wait` does not hold a connection per waiter: one RESP3 connection is
+//! subscribed to the channels of the partitions that have waiters here, the
+//! scripts `PUBLISH` each change, and a waiter re-checks the partition at
+//! least every [`RedisConfig::recheck`], so a lost notification delays it by a bounded
+//! time, never forever. `wait` is the one call that may take more than one
+//! round trip: a check per wake-up.
+//!
+//! `wait-then-put` (how a lock waiter waits) does hold a connection while it
+//! blocks, taken from a small pool: it sends `XREAD BLOCK` on the partition's
+//! change feed and, in the same write, the put's `EVALSHA`. Redis runs a
+//! connection's commands in order, so the put runs the moment the feed
+//! grows (or the block times out), on the server, with no round trip back
+//! to this host in between. Every change, the release of a lock included,
+//! appends to the feed, so nothing extra is written for it. The host ends
+//! a block at its timeout itself (`CLIENT UNBLOCK ... TIMEOUT` from the main
+//! connection), as Redis notices blocked commands' timeouts only at its cron
+//! tick. At most [`RedisConfig::blocking_connections`] calls block at once;
+//! beyond that, when no connection can be opened, once Redis has refused
+//! `XREAD` (an ACL), and under a test clock (whose time cannot end a block
+//! on Redis), it is a `wait` followed by a `put`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use ::redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo,
+    PushKind, RedisError, ServerErrorKind, Value,
+};
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::*;
+use crate::clock::{Clock, ManualClock};
+
+mod blocking;
+mod codec;
+mod store;
+#[cfg(test)]
+mod tests;
+mod waiting;
+
+use blocking::*;
+use codec::*;
+use waiting::*;
+
+/// The Lua script that implements every partition operation but `meter`,
+/// without the line of configuration it is loaded behind
+/// ([`store_script`]).
+const SCRIPT: &str = include_str!("../redis.lua");
+/// The Lua script of `meter` (the rate limiter's one round trip).
+const METER_SCRIPT: &str = include_str!("../meter.lua");
+
+/// The default longest sleep of a waiter between checks, in ms.
+pub const RECHECK_MS: u64 = 500;
+/// The default number of `wait-then-put` calls that may block on a
+/// connection of their own at once.
+pub const BLOCKING_CONNECTIONS: usize = 64;
+
+/// How to reach Redis and how to lay out coord's data there.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS
+    /// (append `#insecure` to skip certificate verification).
+    pub url: String,
+    /// The first part of every key, so several deployments can share a database.
+    pub prefix: String,
+    /// How many changes each partition's feed keeps.
+    pub history: usize,
+    /// How long a partition's keys outlive its last entry, in ms: the time a
+    /// watcher can resume from an old revision after the partition went quiet.
+    pub retention_ms: u64,
+    /// How long a request may take before it fails as unavailable.
+    pub response_timeout: Duration,
+    /// The longest a waiter sleeps between checks when no notification
+    /// comes: the bound on the delay a lost notification can cause.
+    pub recheck: Duration,
+    /// How many `wait-then-put` calls may block at once, each on a Redis
+    /// connection of its own (kept open for the next one afterwards); calls
+    /// beyond it wait on the shared subscriber connection, then put. 0 turns
+    /// the blocking path off.
+    pub blocking_connections: usize,
+    /// For tests only: take "now" from this clock instead of Redis's `TIME`,
+    /// so TTL tests move a clock instead of sleeping. Everything else still
+    /// runs in Redis. `None` (the default) is the store's own clock.
+    pub test_clock: Option<Arc<ManualClock>>,
+}
+
+impl RedisConfig {
+    /// The defaults for `url`: prefix `coord`, 1024 changes of history,
+    /// ten minutes of retention, a two-second response timeout, a re-check
+    /// every half second, 64 blocking connections at most, and Redis's own
+    /// clock.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            prefix: "coord".into(),
+            history: coord_component::memory::DEFAULT_HISTORY,
+            retention_ms: DEFAULT_RETENTION_MS,
+            response_timeout: Duration::from_secs(2),
+            recheck: Duration::from_millis(RECHECK_MS),
+            blocking_connections: BLOCKING_CONNECTIONS,
+            test_clock: None,
+        }
+    }
+}
+
+/// The store on a Redis server.
+pub struct RedisBackend {
+    conn: ConnectionManager,
+    /// The store script as this backend loads it, and its SHA-1.
+    script: String,
+    sha: String,
+    meter_sha: String,
+    config: RedisConfig,
+    round_trips: AtomicU64,
+    waiters: Waiters,
+    subscriptions: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
+    /// Opens the connections `wait-then-put` blocks on (RESP3, which lets
+    /// a connection report that it was closed).
+    blocking_client: Client,
+    /// Blocking connections whose call finished cleanly, ready for the next.
+    idle_blocking: Mutex<Vec<BlockingConnection>>,
+    /// `wait-then-put` calls blocking right now.
+    blocking: AtomicUsize,
+    /// Blocking connections opened so far (for tests: reuse is observable).
+    blocking_opened: AtomicU64,
+    /// Blocks this host ended at their timeout with `CLIENT UNBLOCK`.
+    unblocked: AtomicU64,
+    /// Set once Redis refuses `XREAD` (an ACL, a proxy): from then on every
+    /// `wait-then-put` is a `wait`, then a `put`.
+    blocking_refused: AtomicBool,
+    /// Set once Redis refuses `CLIENT UNBLOCK`: from then on a block ends
+    /// at Redis's own timeout, which its cron notices (every 100 ms at the
+    /// default `hz`), not at the host's.
+    unblock_refused: AtomicBool,
+    /// Taken for the whole of each script call when a test clock gives the
+    /// time (see [`RedisBackend::turn`]).
+    test_turn: tokio::sync::Mutex<()>,
+}
+
+fn unavailable(e: RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis: {e}"))
+}
+
+fn malformed(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("redis: malformed reply ({what})"))
+}
+
+impl RedisBackend {
+    /// Connect to the server `config.url` names. Fails as unavailable when it
+    /// cannot be reached now; once connected, lost connections are re-made
+    /// in the background and calls fail as unavailable meanwhile.
+    pub async fn connect(config: RedisConfig) -> Result<Self, StoreError> {
+        let info = config
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(unavailable)?;
+        let push_settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let push_info = info.clone().set_redis_settings(push_settings);
+        let manager_config = || {
+            ConnectionManagerConfig::new()
+                .set_response_timeout(Some(config.response_timeout))
+                .set_connection_timeout(Some(config.response_timeout))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500))
+        };
+        let conn = ConnectionManager::new_with_config(
+            Client::open(info).map_err(unavailable)?,
+            manager_config(),
+        )
+        .await
+        .map_err(unavailable)?;
+
+        let waiters: Waiters = Arc::default();
+        // Notifications are dispatched right where the connection reads them,
+        // not handed to a task of their own: one wake-up less per handoff.
+        let dispatch_to = waiters.clone();
+        let blocking_client = Client::open(push_info).map_err(unavailable)?;
+        let push = ConnectionManager::new_with_config(
+            blocking_client.clone(),
+            manager_config()
+                .set_push_sender(move |push: PushInfo| {
+                    dispatch_notification(&push, &dispatch_to);
+                    Ok::<(), std::convert::Infallible>(())
+                })
+                .set_automatic_resubscription(),
+        )
+        .await
+        .map_err(unavailable)?;
+        let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+        tokio::spawn(manage_subscriptions(sub_rx, push, waiters.clone()));
+
+        let config = RedisConfig {
+            history: config.history.max(1),
+            ..config
+        };
+        let script = store_script(&config);
+        let backend = RedisBackend {
+            conn,
+            sha: sha1_hex(&script),
+            script,
+            meter_sha: sha1_hex(METER_SCRIPT),
+            config,
+            round_trips: AtomicU64::new(0),
+            waiters,
+            subscriptions: sub_tx,
+            blocking_client,
+            idle_blocking: Mutex::new(Vec::new()),
+            blocking: AtomicUsize::new(0),
+            blocking_opened: AtomicU64::new(0),
+            unblocked: AtomicU64::new(0),
+            blocking_refused: AtomicBool::new(false),
+            unblock_refused: AtomicBool::new(false),
+            test_turn: tokio::sync::Mutex::new(()),
+        };
+        Ok(backend)
+    }
+
+    /// One `PING` on the backend's connection: the bare round trip that
+    /// benchmarks compare every operation with. Counted as a round trip.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        ::redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// How many requests this backend has sent to Redis.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// How many connections `wait-then-put` has opened to block on.
+    pub fn blocking_connections_opened(&self) -> u64 {
+        self.blocking_opened.load(Ordering::Relaxed)
+    }
+
+    /// How many blocks this host has ended at their timeout itself.
+    pub fn blocks_ended_at_timeout(&self) -> u64 {
+        self.unblocked.load(Ordering::Relaxed)
+    }
+
+    /// How many idle blocking connections are kept that are not known to be
+    /// closed: lets a test see a closed one noticed before it calls again.
+    pub fn blocking_connections_idle(&self) -> usize {
+        self.idle_blocking.lock().map_or(0, |idle| {
+            idle.iter()
+                .filter(|c| !c.closed.load(Ordering::Acquire))
+                .count()
+        })
+    }
+
+    /// How many `wait` calls of this backend are asleep on `partition`,
+    /// having checked it and found nothing new. Lets a test know a waiter is
+    /// blocked before it acts, instead of hoping.
+    pub fn waiters(&self, partition: &str) -> usize {
+        let channel = self.key(partition, "w");
+        self.waiters
+            .lock()
+            .map_or(0, |w| w.get(&channel).map_or(0, |w| w.sleeping))
+    }
+
+    /// The Redis key of one part of a partition. The partition is escaped so
+    /// it holds no `{` or `}`: the hash tag is exactly `p:<partition>`, and
+    /// distinct partitions never share keys.
+    pub fn key(&self, partition: &str, part: &str) -> String {
+        let escaped = partition
+            .replace('%', "%25")
+            .replace('{', "%7B")
+            .replace('}', "%7D");
+        format!("{}:{{p:{escaped}}}:{part}", self.config.prefix)
+    }
+
+    /// The store script as this backend loads it (its configuration line
+    /// first), for tests that call it by hand.
+    pub fn script_text(&self) -> &str {
+        &self.script
+    }
+
+    /// Every key (and the channel) a partition uses, for tests of the layout.
+    pub fn keys(&self, partition: &str) -> [String; 4] {
+        ["e", "x", "f", "w"].map(|part| self.key(partition, part))
+    }
+
+    /// The script call for `op` on `partition`, before its own arguments.
+    fn script(&self, partition: &str, op: &str) -> Cmd {
+        let [e, x, f, w] = self.keys(partition);
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(&self.sha).arg(3).arg(e).arg(x).arg(f).arg(op);
+        // The script reads Redis's TIME unless a test clock gives the time.
+        match &self.config.test_clock {
+            Some(clock) => cmd.arg(clock.now_ms()),
+            None => cmd.arg(""),
+        };
+        cmd.arg(w);
+        cmd
+    }
+
+    /// Send one request; after `NOSCRIPT` (a restarted or flushed server),
+    /// load the script and send it again.
+    async fn run(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
+        self.run_script(cmd, &self.script).await
+    }
+
+    /// [`RedisBackend::run`] for a call of `script`.
+    async fn run_script(&self, cmd: &Cmd, script: &str) -> Result<Vec<Value>, StoreError> {
+        match self.run_script_value(cmd, script).await? {
+            Value::Array(values) => Ok(values),
+            other => Err(malformed(&format!("expected an array, got {other:?}"))),
+        }
+    }
+
+    /// [`RedisBackend::run_script`], whatever the reply's shape.
+    async fn run_script_value(&self, cmd: &Cmd, script: &str) -> Result<Value, StoreError> {
+        let mut conn = self.conn.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let reply = match cmd.query_async::<Value>(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.round_trips.fetch_add(2, Ordering::Relaxed);
+                ::redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(script)
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .map_err(unavailable)?;
+                cmd.query_async::<Value>(&mut conn).await
+            }
+            other => other,
+        };
+        reply.map_err(unavailable)
+    }
+
+    /// A put (with `Some(value)`), delete or touch, and its reply.
+    async fn write(
+        &self,
+        mut cmd: Cmd,
+        key: &str,
+        value: Option<&[u8]>,
+        ttl_ms: Option<i64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let sent = write_args(&mut cmd, key, value, ttl_ms, condition);
+        write_reply(self.run_script_value(&cmd, &self.script).await?, key, sent)
+    }
+}
+
+/// The store script as a backend with `config` loads it: one line that
+/// gives the script `HISTORY` (as the text `XADD` takes) and `RETENTION`,
+/// then [`SCRIPT`]. Constants in the script's text cost Redis nothing per
+/// call; as arguments they cost a string each, and a `tonumber`.
+fn store_script(config: &RedisConfig) -> String {
+    format!(
+        "local HISTORY, RETENTION = '{}', {}\n{SCRIPT}",
+        config.history, config.retention_ms
+    )
+}
+
+/// SHA-1 of the script, as `EVALSHA` names it.
+fn sha1_hex(text: &str) -> String {
+    ::redis::Script::new(text).get_hash().to_string()
+}

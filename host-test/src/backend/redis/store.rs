@@ -1,0 +1,232 @@
+//! The store contract's operations on Redis: each one `EVALSHA` of the
+//! store script (or `TIME`), `wait-then-put` a blocking `XREAD` with the
+//! put behind it.
+
+use super::*;
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn now(&self) -> Result<Millis, StoreError> {
+        if let Some(clock) = &self.config.test_clock {
+            return Ok(clock.now_ms());
+        }
+        let mut conn = self.conn.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let (secs, micros): (u64, u64) = ::redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        let _turn = self.turn().await;
+        let mut cmd = self.script(partition, "get");
+        cmd.arg(key);
+        let reply = self.run(&cmd).await?;
+        let mut r = Reader::new(&reply);
+        Ok(ReadReply {
+            now: r.u64()?,
+            entry: r.maybe_entry()?,
+        })
+    }
+
+    async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        let _turn = self.turn().await;
+        let mut cmd = self.script(partition, "list");
+        cmd.arg(prefix);
+        match self.run_script_value(&cmd, &self.script).await? {
+            Value::BulkString(packed) => listing(&packed),
+            other => Err(malformed(&format!(
+                "expected a packed listing, got {other:?}"
+            ))),
+        }
+    }
+
+    async fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let ttl = ttl_ms.map(ttl_arg).transpose()?;
+        let _turn = self.turn().await;
+        self.write(
+            self.script(partition, "put"),
+            key,
+            Some(value),
+            ttl,
+            condition,
+        )
+        .await
+    }
+
+    async fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let _turn = self.turn().await;
+        self.write(self.script(partition, "delete"), key, None, None, condition)
+            .await
+    }
+
+    async fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let ttl = ttl_arg(ttl_ms)?;
+        let _turn = self.turn().await;
+        self.write(
+            self.script(partition, "touch"),
+            key,
+            None,
+            Some(ttl),
+            condition,
+        )
+        .await
+    }
+
+    async fn changes(
+        &self,
+        partition: &str,
+        after: u64,
+        max: u32,
+    ) -> Result<ChangesReply, StoreError> {
+        let _turn = self.turn().await;
+        let mut cmd = self.script(partition, "changes");
+        cmd.arg(after).arg(max);
+        match self.run_script_value(&cmd, &self.script).await? {
+            Value::BulkString(packed) => page(&packed),
+            Value::Array(reply) => {
+                // The history no longer reaches `after`.
+                let mut r = Reader::new(&reply);
+                let (_now, _revision) = (r.u64()?, r.u64()?);
+                Err(StoreError::HistoryGone(r.u64()?))
+            }
+            other => Err(malformed(&format!("expected a packed page, got {other:?}"))),
+        }
+    }
+
+    async fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError> {
+        // The codes meter.lua reads from its one packed argument.
+        let algorithm: u8 = match request.algorithm {
+            MeterAlgorithm::SlidingWindow => 1,
+            MeterAlgorithm::FixedWindow => 2,
+            MeterAlgorithm::Gcra => 3,
+        };
+        let mode: u8 = match request.mode {
+            MeterMode::Consume => 1,
+            MeterMode::Peek => 2,
+            MeterMode::Reset => 3,
+        };
+        // -1 asks for Redis's TIME. Every number is exact as a double: the
+        // limit is at most 10^7, the window a day, a test clock's now below 2^53.
+        let clock = match &self.config.test_clock {
+            Some(clock) => clock.now_ms() as f64,
+            None => -1.0,
+        };
+        let mut packed = Vec::with_capacity(34);
+        packed.extend([algorithm, mode]);
+        for number in [
+            clock,
+            f64::from(request.limit),
+            request.window_ms as f64,
+            f64::from(request.cost),
+        ] {
+            packed.extend(number.to_le_bytes());
+        }
+        let _turn = self.turn().await;
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(&self.meter_sha)
+            .arg(1)
+            .arg(format!("{}{key}", self.key(partition, "r:")))
+            .arg(packed);
+        match self.run_script_value(&cmd, METER_SCRIPT).await? {
+            Value::BulkString(packed) => meter_reply(&packed),
+            other => Err(malformed(&format!(
+                "expected a packed meter reply, got {other:?}"
+            ))),
+        }
+    }
+
+    async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        let mut guard = self.register(&self.key(partition, "w")).await?;
+        let mut deadline = None;
+        loop {
+            // Mark what we have seen before checking, so a change published
+            // after the check wakes us. A published revision past `after`
+            // answers the wait with no check: one round trip less per wake-up.
+            let published = *guard.notify.borrow_and_update();
+            if published > after {
+                return Ok(published);
+            }
+            let (now, revision, next_expiry) = self.check(partition).await?;
+            let deadline = *deadline.get_or_insert(now.saturating_add(timeout_ms));
+            if revision > after || now >= deadline {
+                return Ok(revision);
+            }
+            let recheck_ms = u64::try_from(self.config.recheck.as_millis()).unwrap_or(u64::MAX);
+            let mut sleep_ms = (deadline - now).min(recheck_ms);
+            if let Some(expiry) = next_expiry {
+                sleep_ms = sleep_ms.min(expiry.saturating_sub(now).max(1));
+            }
+            let test_clock_reaches = async {
+                match &self.config.test_clock {
+                    Some(clock) => clock.sleep_until(now + sleep_ms).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let mut notify = guard.notify.clone();
+            let _asleep = guard.asleep();
+            tokio::select! {
+                _ = notify.changed() => {}
+                _ = test_clock_reaches => {}
+                _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+            }
+        }
+    }
+
+    async fn wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<WriteReply, StoreError> {
+        if timeout_ms == 0 {
+            // No wait at all (and `BLOCK 0` would block forever).
+            return self.put(partition, key, value, ttl_ms, condition).await;
+        }
+        // A test clock's time cannot end a block on Redis: that waits here.
+        if self.config.test_clock.is_none() && !self.blocking_refused.load(Ordering::Relaxed) {
+            let ttl = ttl_ms.map(ttl_arg).transpose()?;
+            if let Some(reply) = self
+                .blocking_wait_then_put(partition, key, value, ttl, condition, after, timeout_ms)
+                .await
+            {
+                return reply;
+            }
+        }
+        self.wait(partition, after, timeout_ms).await?;
+        self.put(partition, key, value, ttl_ms, condition).await
+    }
+}

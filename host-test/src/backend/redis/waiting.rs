@@ -1,0 +1,178 @@
+//! `wait` without a connection per waiter: the local waiters of each
+//! partition's channel, one subscriber connection, and the re-check that
+//! bounds a lost notification.
+
+use super::*;
+
+/// Local waiters on one partition's channel.
+pub(super) struct Waiting {
+    /// Waiters registered (subscribed or subscribing).
+    pub(super) count: usize,
+    /// Waiters asleep after a check that found nothing new.
+    pub(super) sleeping: usize,
+    /// The highest revision published on the channel since the first waiter came.
+    pub(super) notify: watch::Sender<u64>,
+}
+
+pub(super) type Waiters = Arc<Mutex<HashMap<String, Waiting>>>;
+
+impl RedisBackend {
+    /// With a test clock, one script call at a time, from reading the clock
+    /// to the reply: the clock is read when a call is built, so calls in
+    /// flight together could reach Redis out of clock order and show the
+    /// store's time going back — which Redis's `TIME`, read inside the
+    /// script, never does. Without a test clock, nothing is held.
+    pub(super) async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.config.test_clock {
+            Some(_) => Some(self.test_turn.lock().await),
+            None => None,
+        }
+    }
+
+    /// `(now, revision, next expiry)` of a partition, after sweeping it; the
+    /// next expiry may be early (a lower bound), never late.
+    pub(super) async fn check(
+        &self,
+        partition: &str,
+    ) -> Result<(u64, u64, Option<u64>), StoreError> {
+        let _turn = self.turn().await;
+        let reply = self.run(&self.script(partition, "check")).await?;
+        let mut r = Reader::new(&reply);
+        Ok((r.u64()?, r.u64()?, r.optional_u64()?))
+    }
+
+    /// Register a waiter on `channel` and make sure it is subscribed before
+    /// the waiter's first check, so no notification after it is missed.
+    pub(super) async fn register(&self, channel: &str) -> Result<WaiterGuard<'_>, StoreError> {
+        let notify = {
+            let mut waiters = self
+                .waiters
+                .lock()
+                .map_err(|_| malformed("poisoned waiter map"))?;
+            let w = waiters
+                .entry(channel.to_string())
+                .or_insert_with(|| Waiting {
+                    count: 0,
+                    sleeping: 0,
+                    notify: watch::Sender::new(0),
+                });
+            w.count += 1;
+            w.notify.subscribe()
+        };
+        let guard = WaiterGuard {
+            backend: self,
+            channel: channel.to_string(),
+            notify,
+        };
+        let (ack, acked) = oneshot::channel();
+        if self.subscriptions.send((channel.to_string(), ack)).is_ok() {
+            // If the subscription cannot be made, the re-check still bounds the wait.
+            let _ = acked.await;
+        }
+        Ok(guard)
+    }
+}
+
+/// Deregisters a waiter when its `wait` ends, however it ends.
+pub(super) struct WaiterGuard<'a> {
+    pub(super) backend: &'a RedisBackend,
+    pub(super) channel: String,
+    pub(super) notify: watch::Receiver<u64>,
+}
+
+impl WaiterGuard<'_> {
+    /// Count this waiter as asleep (see [`RedisBackend::waiters`]) until the
+    /// returned value drops.
+    pub(super) fn asleep(&self) -> Asleep<'_> {
+        self.adjust_sleeping(true);
+        Asleep(self)
+    }
+
+    pub(super) fn adjust_sleeping(&self, asleep: bool) {
+        if let Ok(mut waiters) = self.backend.waiters.lock()
+            && let Some(w) = waiters.get_mut(&self.channel)
+        {
+            w.sleeping = if asleep {
+                w.sleeping + 1
+            } else {
+                w.sleeping.saturating_sub(1)
+            };
+        }
+    }
+}
+
+/// A waiter counted as asleep.
+pub(super) struct Asleep<'a>(&'a WaiterGuard<'a>);
+
+impl Drop for Asleep<'_> {
+    fn drop(&mut self) {
+        self.0.adjust_sleeping(false);
+    }
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut waiters) = self.backend.waiters.lock()
+            && let Some(w) = waiters.get_mut(&self.channel)
+        {
+            w.count = w.count.saturating_sub(1);
+        }
+        let (ack, _) = oneshot::channel();
+        let _ = self.backend.subscriptions.send((self.channel.clone(), ack));
+    }
+}
+
+/// Wake the local waiters of the channel a change was published on. Called
+/// by the subscriber connection for each push it reads; never blocks.
+pub(super) fn dispatch_notification(push: &PushInfo, waiters: &Waiters) {
+    if push.kind != PushKind::Message {
+        return;
+    }
+    let Some(Value::BulkString(channel)) = push.data.first() else {
+        return;
+    };
+    let Ok(channel) = std::str::from_utf8(channel) else {
+        return;
+    };
+    // The payload is the change's revision; anything else still wakes the
+    // waiters, who then check the partition themselves.
+    let revision: Option<u64> = match push.data.get(1) {
+        Some(Value::BulkString(payload)) => std::str::from_utf8(payload)
+            .ok()
+            .and_then(|p| p.parse().ok()),
+        _ => None,
+    };
+    if let Ok(waiters) = waiters.lock()
+        && let Some(w) = waiters.get(channel)
+    {
+        w.notify
+            .send_modify(|latest| *latest = revision.map_or(*latest, |r| r.max(*latest)));
+    }
+}
+
+/// Bring the subscriptions in line with the waiters, one channel at a time,
+/// in request order, so a subscribe and an unsubscribe never cross.
+pub(super) async fn manage_subscriptions(
+    mut requests: mpsc::UnboundedReceiver<(String, oneshot::Sender<()>)>,
+    mut push: ConnectionManager,
+    waiters: Waiters,
+) {
+    let mut subscribed = HashSet::new();
+    while let Some((channel, ack)) = requests.recv().await {
+        let wanted = waiters.lock().is_ok_and(|mut w| {
+            let wanted = w.get(&channel).is_some_and(|w| w.count > 0);
+            if !wanted {
+                w.remove(&channel);
+            }
+            wanted
+        });
+        if wanted && !subscribed.contains(&channel) {
+            if push.subscribe(&channel).await.is_ok() {
+                subscribed.insert(channel);
+            }
+        } else if !wanted && subscribed.remove(&channel) {
+            let _ = push.unsubscribe(&channel).await;
+        }
+        let _ = ack.send(());
+    }
+}
