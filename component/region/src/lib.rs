@@ -9,7 +9,7 @@
 //! system calls per request, the second a TLB flush on every core running
 //! the host. The region is zero-initialised data, part of the memory the
 //! instance starts with, so a request whose allocations fit never grows its
-//! memory (BENCHMARKS.md, "Changes that moved a figure").
+//! memory (measured in commit d62b8ed, which added it).
 //!
 //! The region is a bump allocator that starts over whenever everything
 //! allocated from it has been freed, which is the case between calls when a

@@ -20,7 +20,7 @@
 -- (every one here is an integer below 2^53, exact in a double). Stored as
 -- text, parsing and printing them (string.match, tonumber, string.format)
 -- took a quarter of the script's instructions under callgrind, and more in
--- collecting the garbage they left (BENCHMARKS.md, "Where the time goes").
+-- collecting the garbage they left (BENCHMARKS.md, "Instruction counts: where the time goes").
 -- Numbers a command needs as text go through `int`: redis.call prints a Lua
 -- number with '%.17g', which callgrind counted at about 2.5 times the
 -- instructions.
@@ -121,7 +121,7 @@ local set_entry = nil -- the key's entry to write with the meta, in one HSET
 -- the new revision as text, for XADD and PUBLISH), so the function closes
 -- over nothing: built on every call as a closure over the locals it used,
 -- it cost Redis an upvalue apiece (callgrind: `luaF_findupval`, 4 200
--- instructions per lock pair; BENCHMARKS.md, "Where the time goes").
+-- instructions per lock pair; BENCHMARKS.md, "Instruction counts: where the time goes").
 -- `floor` is the clock in microseconds: no revision is issued below it.
 local function record(F, X, history, floor, rev, created, seq, kind, changed_key, value, at)
   local previous = rev

@@ -14,7 +14,7 @@
 # OUT_DIR (default a temporary directory) for `callgrind_annotate
 # --inclusive=yes`. REDIS_SERVER picks the binary (default: redis-server on
 # PATH); Debian's is stripped, so for function names build the same version
-# from source (BENCHMARKS.md, "Where the time goes", gives the recipe).
+# from source (BENCHMARKS.md, "Instruction counts: where the time goes", gives the recipe).
 set -euo pipefail
 
 n=${1:-1000}
