@@ -637,3 +637,23 @@ fn the_command_line_has_help_and_names_a_bad_flag() {
     assert_eq!(unknown.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("--no-such-flag"));
 }
+
+/// README shows `coord --help`; it stays what the binary prints.
+#[test]
+fn the_readme_shows_the_help_coord_prints() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let shown = readme
+        .split("$ coord --help\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("README has a `$ coord --help` block");
+    let help = Command::new(env!("CARGO_BIN_EXE_coord"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(
+        shown.trim_end(),
+        String::from_utf8_lossy(&help.stdout).trim_end()
+    );
+}

@@ -9,10 +9,6 @@
 //! code; with `--native`, the same pairs straight on the backend.
 //! `callgrind-acquire.sh` counts the instructions of both.
 //!
-//! `coord-bench --profile-requests N` runs only N requests as an edge host
-//! serves them (a fresh pooled instance, one in-memory check, the instance
-//! dropped), for `strace -c` and `perf stat`.
-//!
 //! `coord-bench --profile-redis-check N` runs only rate-limit checks on
 //! Redis, N per task in 64 tasks, each through its own component instance;
 //! `--native` straight on the backend, `--tasks T` in T tasks, and
@@ -29,6 +25,8 @@ mod ops;
 
 use std::sync::Arc;
 use std::time::Instant;
+
+use clap::Parser;
 
 use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
@@ -49,26 +47,58 @@ pub struct Effort {
     pub idle_calls: usize,
 }
 
+/// The component against native Rust and a bare Redis round trip, side by
+/// side in one run (BENCHMARKS.md). With a --profile-* option, only that
+/// workload, for a profiler or callgrind.
+#[derive(Parser)]
+#[command(name = "coord-bench")]
+struct Cli {
+    /// The Redis to measure against (default: $REDIS_URL, else
+    /// redis://127.0.0.1:6379).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// A tenth of the samples.
+    #[arg(long)]
+    quick: bool,
+    /// Only N in-memory acquire+release pairs through the component
+    /// (`callgrind-acquire.sh` counts them).
+    #[arg(long, value_name = "N")]
+    profile_acquire: Option<usize>,
+    /// With --profile-acquire: the real engine configuration, with a perf map
+    /// of the JIT code.
+    #[arg(long)]
+    perf_map: bool,
+    /// Only N rate-limit checks per task on Redis, each task through its own
+    /// instance: the 64-task table's check row.
+    #[arg(long, value_name = "N")]
+    profile_redis_check: Option<usize>,
+    /// Only N lock acquire+release pairs per task on Redis: the 64-task
+    /// table's lock row.
+    #[arg(long, value_name = "N")]
+    profile_redis_pair: Option<usize>,
+    /// With a --profile-* option: straight on the backend, no component.
+    #[arg(long)]
+    native: bool,
+    /// With --profile-redis-*: this many tasks.
+    #[arg(long, value_name = "T", default_value_t = 64)]
+    tasks: usize,
+    /// With --profile-redis-*: an engine valgrind can run (no pooling
+    /// allocator).
+    #[arg(long)]
+    unpooled: bool,
+}
+
 #[tokio::main]
 async fn main() -> wasmtime::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let redis_url = args
-        .iter()
-        .position(|a| a == "--redis")
-        .map(|i| {
-            args.get(i + 1)
-                .cloned()
-                .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
-        })
-        .unwrap_or_else(|| {
-            std::env::var("REDIS_URL")
-                .ok()
-                // An empty variable is unset, as every tool treats it.
-                .filter(|url| !url.trim().is_empty())
-                .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
-        });
-    let effort = if quick {
+    let cli = Cli::parse();
+    let redis_url = cli.redis.clone().unwrap_or_else(|| {
+        std::env::var("REDIS_URL")
+            .ok()
+            // An empty variable is unset, as every tool treats it.
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
+    });
+    let effort = if cli.quick {
         Effort {
             reps: 300,
             per_task: 30,
@@ -83,28 +113,21 @@ async fn main() -> wasmtime::Result<()> {
             idle_calls: 30,
         }
     };
-    if let Some(i) = args.iter().position(|a| a == "--profile-acquire") {
+    if let Some(n) = cli.profile_acquire {
         // For `valgrind --tool=callgrind`: only in-memory acquire+release
         // through the component, so the profile shows nothing else.
-        let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
-        let perf_map = args.iter().any(|a| a == "--perf-map");
-        let native = args.iter().any(|a| a == "--native");
-        return ops::profile_acquire(Arc::new(MemoryBackend::default()), n, perf_map, native).await;
+        let backend = Arc::new(MemoryBackend::default());
+        return ops::profile_acquire(backend, n, cli.perf_map, cli.native).await;
     }
-    if let Some(i) = args.iter().position(|a| a == "--profile-requests") {
-        // For `strace -c` and `perf stat`: only requests as an edge host
-        // serves them, a fresh instance and one in-memory check each.
-        let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
-        return ops::profile_requests(Arc::new(MemoryBackend::default()), n).await;
-    }
-    let profile_redis = args
-        .iter()
-        .position(|a| a == "--profile-redis-check" || a == "--profile-redis-pair");
-    if let Some(i) = profile_redis {
+    let profile_redis = match (cli.profile_redis_check, cli.profile_redis_pair) {
+        (Some(n), _) => Some((n, false)),
+        (None, Some(n)) => Some((n, true)),
+        (None, None) => None,
+    };
+    if let Some((n, pairs)) = profile_redis {
         // For `perf` and callgrind: only component instances checking rate
         // limits (or taking and releasing locks) on Redis at once (64 by
         // default), the rows of the concurrency table at 64 tasks.
-        let n = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(2000);
         let config = RedisConfig {
             prefix: format!("coordbench-{}", std::process::id()),
             ..RedisConfig::new(redis_url.clone())
@@ -112,14 +135,7 @@ async fn main() -> wasmtime::Result<()> {
         let redis = RedisBackend::connect(config)
             .await
             .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
-        let native = args.iter().any(|a| a == "--native");
-        let unpooled = args.iter().any(|a| a == "--unpooled");
-        let tasks = args
-            .iter()
-            .position(|a| a == "--tasks")
-            .and_then(|t| args.get(t + 1)?.parse().ok())
-            .unwrap_or(64);
-        let pairs = args[i] == "--profile-redis-pair";
+        let (tasks, native, unpooled) = (cli.tasks, cli.native, cli.unpooled);
         return ops::profile_concurrent(Arc::new(redis), tasks, n, pairs, native, unpooled).await;
     }
     println!(

@@ -1,4 +1,11 @@
 //! The measured operations, through the component and natively.
+//!
+//! Over 1 000 lines, on purpose for now: each section is one table of
+//! BENCHMARKS.md (per operation, 64 tasks, after idle, handoff, the profile
+//! workloads), and every table measures the component, the native path and
+//! the references in the same loop, so they share the loop helpers here.
+//! Split it by table (`per_operation.rs`, `concurrency.rs`, …) when one
+//! more table is added.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -1140,17 +1147,6 @@ pub async fn one_request(runtime: &Runtime, key: &str) -> wasmtime::Result<Durat
     component_op(Op::Check, &mut i, key).await?;
     drop(i);
     Ok(start.elapsed())
-}
-
-/// `n` requests ([`one_request`]) on the real engine configuration, for
-/// `strace -c` and `perf stat`: what a request costs beyond its check.
-pub async fn profile_requests(backend: Arc<dyn Backend>, n: usize) -> wasmtime::Result<()> {
-    let runtime = Runtime::new(backend)?;
-    for k in 0..n {
-        one_request(&runtime, &format!("k{}", k % 100)).await?;
-    }
-    println!("{n} requests (instantiate, one check, drop)");
-    Ok(())
 }
 
 /// An engine without pooling and with a small memory reservation, for
