@@ -6,10 +6,23 @@
 //! exactly one (kind, first, second) triple, so lock `a:b` on resource `c`
 //! can never share a partition with lock `a` on resource `b:c`, whatever
 //! characters the names hold.
+//!
+//! Lock and lease partitions are *unwatched* (`wit/store.wit`): their names
+//! begin with [`UNWATCHED`], which tells the store it need keep no change
+//! feed for them (nothing ever reads one: neither interface exports a
+//! watch), so it may keep them leaner.
 
-/// The partition holding lock (`id`, `resource`).
+/// The first character of every unwatched partition's name.
+pub const UNWATCHED: char = '~';
+
+/// Whether `partition` is unwatched: the store keeps no change feed for it.
+pub fn is_unwatched(partition: &str) -> bool {
+    partition.starts_with(UNWATCHED)
+}
+
+/// The partition holding lock (`id`, `resource`); unwatched.
 pub fn lock_partition(id: &str, resource: &str) -> String {
-    partition("lock", id, resource)
+    partition("~lock", id, resource)
 }
 
 /// The partition holding tenant `tenant` of ephemeral space `space`.
@@ -22,9 +35,9 @@ pub fn ratelimit_partition(id: &str, key: &str) -> String {
     partition("rl", id, key)
 }
 
-/// The partition holding lease `name`.
+/// The partition holding lease `name`; unwatched.
 pub fn lease_partition(name: &str) -> String {
-    partition("lease", name, "")
+    partition("~lease", name, "")
 }
 
 /// The key of the holder entry inside a lock partition.
@@ -75,7 +88,7 @@ mod tests {
     fn the_length_prefix_is_the_decimal_byte_length() {
         for len in [0, 1, 9, 10, 99, 100, 1024] {
             let id = "i".repeat(len);
-            assert_eq!(lock_partition(&id, "r"), format!("lock:{len}:{id}:r"));
+            assert_eq!(lock_partition(&id, "r"), format!("~lock:{len}:{id}:r"));
         }
         assert_eq!(ratelimit_partition("ü", ""), "rl:2:ü:");
     }
@@ -100,13 +113,15 @@ mod tests {
                 seen.insert(p.clone()),
                 "collision for ({id:?}, {resource:?}): {p}"
             );
-            assert_eq!(decode_partition(&p), Some(("lock", id, resource)));
+            assert_eq!(decode_partition(&p), Some(("~lock", id, resource)));
+            assert!(is_unwatched(&p));
             let e = ephemeral_partition(id, resource);
             assert!(
                 seen.insert(e.clone()),
                 "an ephemeral tenant met a lock: {e}"
             );
             assert_eq!(decode_partition(&e), Some(("eph", id, resource)));
+            assert!(!is_unwatched(&e));
         }
     }
 }

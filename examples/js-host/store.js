@@ -123,6 +123,8 @@ export function touch(name, key, ttlMs, condition) {
 }
 
 export function changes(name, after, max) {
+  // An unwatched partition (a lock's, a lease's) keeps no feed (wit/store.wit).
+  if (name.startsWith('~')) throw { tag: 'invalid', val: `partition: ${JSON.stringify(name)} is unwatched, so no change feed is kept for it` };
   const [p, now] = open(name);
   // 0 reads from this incarnation's first change.
   if (after === 0n) after = p.created;

@@ -34,6 +34,9 @@ per_backend!(
     wait_then_put_after_a_change_already_made_puts_at_once,
     meter_answers_as_the_reference_algorithms_on_a_generated_trace,
     meter_state_is_not_an_entry_and_makes_no_changes,
+    an_unwatched_partition_keeps_every_guarantee_but_the_feed,
+    a_wait_on_an_unwatched_partition_is_woken_by_writes_and_by_expiry,
+    a_wait_then_put_on_an_unwatched_partition_puts_once_the_holder_goes,
 );
 
 fn applied(reply: WriteReply) -> Entry {
@@ -615,4 +618,141 @@ async fn meter_state_is_not_an_entry_and_makes_no_changes(h: Harness) {
             .allowed,
         "per partition"
     );
+}
+
+/// An unwatched partition (a name beginning with `~`, as a lock's and a
+/// lease's are) answers every call as a watched one does, but `changes`,
+/// which fails with `invalid` naming the partition.
+async fn an_unwatched_partition_keeps_every_guarantee_but_the_feed(h: Harness) {
+    let p = "~lock:1:a:b";
+    let a = applied(put(&h, p, "holder", "a", Some(1000), Condition::Absent).await);
+    assert_eq!(
+        conflict(put(&h, p, "holder", "b", Some(1000), Condition::Absent).await),
+        Some(a.clone()),
+        "create-if-absent is exclusive and the conflict reports the holder"
+    );
+    // Guarded by revision and value: a stale guard changes nothing.
+    let stale = Condition::RevisionAndValue(Guard {
+        revision: a.revision,
+        value: b"b".to_vec(),
+    });
+    assert_eq!(
+        conflict(h.backend.touch(p, "holder", 5000, &stale).await.unwrap()),
+        Some(a.clone())
+    );
+    assert_eq!(
+        conflict(h.backend.delete(p, "holder", &stale).await.unwrap()),
+        Some(a.clone())
+    );
+    let guard = Condition::RevisionAndValue(Guard {
+        revision: a.revision,
+        value: b"a".to_vec(),
+    });
+    h.advance(400);
+    let touched = applied(h.backend.touch(p, "holder", 1000, &guard).await.unwrap());
+    assert_eq!(
+        (touched.revision, touched.expires_at),
+        (a.revision, Some(T0 + 1400)),
+        "a touch renews the TTL and keeps the revision (the fence)"
+    );
+    let other = applied(put(&h, p, "other", "o", None, Condition::Always).await);
+    assert!(other.revision > a.revision);
+    let listing = h.backend.list(p, "").await.unwrap();
+    assert_eq!(listing.entries, vec![touched.clone(), other.clone()]);
+    assert_eq!(listing.revision, other.revision);
+    assert_eq!(
+        h.backend.list(p, "o").await.unwrap().entries,
+        vec![other.clone()]
+    );
+
+    // Expiry: invisible, the key free again, and a revision of its own.
+    h.advance(1000);
+    assert_eq!(h.backend.get(p, "holder").await.unwrap().entry, None);
+    let after_expiry = h.backend.list(p, "").await.unwrap();
+    assert_eq!(after_expiry.entries, vec![other.clone()]);
+    assert!(
+        after_expiry.revision > other.revision,
+        "the expiry took a revision"
+    );
+    let b = applied(put(&h, p, "holder", "b", Some(1000), Condition::Absent).await);
+    assert!(b.revision > after_expiry.revision);
+    let gone = applied(
+        h.backend
+            .delete(p, "holder", &Condition::Revision(b.revision))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(gone, b);
+    let c = applied(put(&h, p, "holder", "c", Some(1000), Condition::Absent).await);
+    assert!(c.revision > b.revision, "the delete took a revision too");
+
+    match h.backend.changes(p, 0, 10).await {
+        Err(StoreError::Invalid(why)) => assert!(why.contains(p), "{why}"),
+        other => panic!("expected invalid for the feed of {p}, got {other:?}"),
+    }
+}
+
+/// `wait` on an unwatched partition keeps `wait`'s promise: woken by a put,
+/// by a delete and by an expiry, with nobody re-checking.
+async fn a_wait_on_an_unwatched_partition_is_woken_by_writes_and_by_expiry(h: Harness) {
+    let p = "~lease:1:a:";
+    let a = applied(put(&h, p, "holder", "a", Some(500), Condition::Absent).await);
+    let spawn_wait = |after: u64| {
+        let backend = h.backend.clone();
+        tokio::spawn(async move { backend.wait(p, after, 60_000).await })
+    };
+    let waiter = spawn_wait(a.revision);
+    h.until_waiting(p, 1).await;
+    h.advance(500); // nobody writes: the expiry itself must wake the waiter
+    let expired = waiter.await.unwrap().unwrap();
+    assert!(expired > a.revision);
+
+    let waiter = spawn_wait(expired);
+    h.until_waiting(p, 1).await;
+    let b = applied(put(&h, p, "holder", "b", Some(60_000), Condition::Absent).await);
+    assert_eq!(
+        waiter.await.unwrap().unwrap(),
+        b.revision,
+        "woken by the put"
+    );
+
+    let waiter = spawn_wait(b.revision);
+    h.until_waiting(p, 1).await;
+    h.backend
+        .delete(p, "holder", &Condition::Always)
+        .await
+        .unwrap();
+    assert!(
+        waiter.await.unwrap().unwrap() > b.revision,
+        "woken by the delete"
+    );
+}
+
+/// A lock's handoff on its unwatched partition: the waiter's create, sent
+/// with its wait, applies once the holder's entry is deleted.
+async fn a_wait_then_put_on_an_unwatched_partition_puts_once_the_holder_goes(h: Harness) {
+    let p = "~lock:1:a:b";
+    let held = applied(put(&h, p, "holder", "a", Some(60_000), Condition::Absent).await);
+    let backend = h.backend.clone();
+    let waiter = tokio::spawn(async move {
+        backend
+            .wait_then_put(
+                p,
+                "holder",
+                b"b",
+                Some(60_000),
+                &Condition::Absent,
+                held.revision,
+                60_000,
+            )
+            .await
+    });
+    h.until_waiting(p, 1).await;
+    h.backend
+        .delete(p, "holder", &Condition::Always)
+        .await
+        .unwrap();
+    let taken = applied(waiter.await.unwrap().unwrap());
+    assert_eq!(taken.value, b"b");
+    assert!(taken.revision > held.revision);
 }

@@ -191,6 +191,8 @@ async fn every_key_of_a_partition_hashes_to_one_cluster_slot() {
     );
     let backend = shared_backend(|c| c).await;
     let partitions = [
+        "~lock:1:a:b",
+        "~{",
         "lock:1:a:b",
         "x{y}z",
         "{",
@@ -203,7 +205,8 @@ async fn every_key_of_a_partition_hashes_to_one_cluster_slot() {
     ];
     let mut seen = std::collections::HashSet::new();
     for p in partitions {
-        let keys = backend.keys(p);
+        let mut keys = backend.keys(p).to_vec();
+        keys.extend(backend.unwatched_keys(p));
         let slots: std::collections::HashSet<u16> = keys.iter().map(|k| key_slot(k)).collect();
         assert_eq!(slots.len(), 1, "{p:?}: {keys:?} span slots {slots:?}");
         assert!(
@@ -218,7 +221,15 @@ async fn every_key_carries_a_ttl_so_nothing_leaks() {
     bounded(async {
         let (backend, mut i, prefix, url) = with_retention(5_000).await;
         let lock = held(acquire(&mut i, no_wait(3_000)).await);
+        // A waiter, so that the release writes the lock's wake-up stream too.
+        let partition = coord_component::keys::lock_partition("inventory.stock", "item:1");
+        let (b, p) = (backend.clone(), partition.clone());
+        let waiter = tokio::spawn(async move { b.wait(&p, lock.fence, 60_000).await });
+        while backend.waiters(&partition) != 1 {
+            tokio::task::yield_now().await;
+        }
         assert!(i.release(&lock).await.unwrap().unwrap());
+        assert!(waiter.await.unwrap().unwrap() > lock.fence);
         held(acquire(&mut i, no_wait(3_000)).await);
         backend
             .put("eph", "a", b"v", Some(2_000), &Condition::Always)
@@ -240,7 +251,11 @@ async fn every_key_carries_a_ttl_so_nothing_leaks() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert_eq!(keys.len(), 6, "two partitions of three keys: {keys:?}");
+        assert_eq!(
+            keys.len(),
+            5,
+            "a lock's partition and wake-up stream, an ephemeral partition's three keys: {keys:?}"
+        );
         for key in keys {
             let ttl: i64 = redis::cmd("PTTL")
                 .arg(&key)
@@ -503,8 +518,8 @@ async fn after_every_ttl_and_the_retention_pass_no_key_remains() {
             .unwrap();
         assert_eq!(
             keys.len(),
-            6,
-            "two partitions of three keys were written: {keys:?}"
+            4,
+            "a lock's one key and an ephemeral partition's three were written: {keys:?}"
         );
         for _ in 0..250 {
             if keys.is_empty() {
@@ -1419,6 +1434,167 @@ async fn when_redis_refuses_xread_wait_then_put_waits_on_notifications_instead()
             .unwrap();
         assert_eq!(reply.outcome, Outcome::Conflict(Some(e)));
         assert_eq!(backend.blocking_connections_opened(), 1);
+    })
+    .await
+}
+
+/// Two backends on one Redis with one prefix, as two hosts would be; the
+/// first re-checks only hourly, so only a notification can wake it.
+async fn two_hosts(url: &str) -> (Arc<RedisBackend>, Arc<RedisBackend>) {
+    let config = redis_config(url, 64, None);
+    let waiter = RedisBackend::connect(RedisConfig {
+        recheck: Duration::from_secs(3600),
+        ..config.clone()
+    })
+    .await
+    .unwrap();
+    let writer = RedisBackend::connect(config).await.unwrap();
+    (Arc::new(waiter), Arc::new(writer))
+}
+
+/// A lock's partition, unwatched.
+const LOCK: &str = "~lock:1:a:b";
+
+#[tokio::test]
+async fn an_unwatched_write_on_another_host_wakes_a_waiter_without_its_recheck() {
+    bounded(async {
+        let (waiting, writing) = two_hosts(&redis_url().await).await;
+        let held = writing
+            .put(LOCK, "holder", b"a", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap();
+        let held = applied_entry(held.outcome);
+        let w = waiting.clone();
+        let waiter = tokio::spawn(async move { w.wait(LOCK, held.revision, 3_600_000).await });
+        while waiting.waiters(LOCK) != 1 {
+            tokio::task::yield_now().await;
+        }
+        let gone = writing
+            .delete(LOCK, "holder", &Condition::Always)
+            .await
+            .unwrap();
+        assert!(matches!(gone.outcome, Outcome::Applied(_)));
+        assert!(waiter.await.unwrap().unwrap() > held.revision);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_unwatched_wait_then_put_takes_the_key_in_the_request_the_release_of_another_host_lands()
+{
+    bounded(async {
+        let server = RedisServer::spawn().expect("these tests start their own redis-server");
+        let url = server.url();
+        let (waiting, writing) = two_hosts(&url).await;
+        let held = writing
+            .put(LOCK, "holder", b"a", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap();
+        let held = applied_entry(held.outcome);
+        let w = waiting.clone();
+        let waiter = tokio::spawn(async move {
+            w.wait_then_put(
+                LOCK,
+                "holder",
+                b"b",
+                Some(60_000),
+                &Condition::Absent,
+                held.revision,
+                3_600_000,
+            )
+            .await
+        });
+        until_blocked(&url, 1).await;
+        let before = waiting.round_trips();
+        writing
+            .delete(LOCK, "holder", &Condition::Always)
+            .await
+            .unwrap();
+        let taken = applied_entry(waiter.await.unwrap().unwrap().outcome);
+        assert_eq!(taken.value, b"b");
+        assert_eq!(
+            waiting.round_trips(),
+            before,
+            "no request of the waiter's after the release"
+        );
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_release_before_an_unwatched_wait_then_put_blocks_ends_it_at_once() {
+    bounded(async {
+        let (waiting, writing) = two_hosts(&redis_url().await).await;
+        let held = writing
+            .put(LOCK, "holder", b"a", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap();
+        let held = applied_entry(held.outcome);
+        // Nobody waits yet, so the release wakes nobody and leaves no wake-up...
+        writing
+            .delete(LOCK, "holder", &Condition::Always)
+            .await
+            .unwrap();
+        // ...and a waiter that saw only the holder must not block for its hour.
+        let taken = waiting
+            .wait_then_put(
+                LOCK,
+                "holder",
+                b"b",
+                Some(60_000),
+                &Condition::Absent,
+                held.revision,
+                3_600_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(applied_entry(taken.outcome).value, b"b");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_unwatched_partition_nobody_waits_on_is_one_key_with_a_ttl() {
+    bounded(async {
+        let url = redis_url().await;
+        let backend = shared_backend(|c| c).await;
+        for _ in 0..3 {
+            let e = backend
+                .put(LOCK, "holder", b"a", Some(60_000), &Condition::Absent)
+                .await
+                .unwrap();
+            let e = applied_entry(e.outcome);
+            backend
+                .delete(LOCK, "holder", &Condition::Revision(e.revision))
+                .await
+                .unwrap();
+        }
+        let [state, stream, _channel] = backend.unwatched_keys(LOCK);
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let (exists, ttl): (u64, i64) = redis::pipe()
+            .cmd("EXISTS")
+            .arg(&stream)
+            .cmd("PTTL")
+            .arg(&state)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(exists, 0, "no wake-up was written with nobody waiting");
+        assert!(ttl > 0, "the partition carries a TTL ({ttl})");
+        // Another layout's value under the key is refused, not misread.
+        let _: () = redis::cmd("SET")
+            .arg(&state)
+            .arg("\u{2}not a partition")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        match backend.get(LOCK, "holder").await {
+            Err(StoreError::Unavailable(why)) => assert!(why.contains("another layout"), "{why}"),
+            other => panic!("expected the layout to be refused, got {other:?}"),
+        }
     })
     .await
 }

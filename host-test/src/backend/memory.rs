@@ -258,6 +258,9 @@ impl Backend for MemoryBackend {
         after: u64,
         max: u32,
     ) -> Result<ChangesReply, StoreError> {
+        if coord_component::keys::is_unwatched(partition) {
+            return Err(no_feed(partition));
+        }
         let ((changes, revision), now) = self.with(partition, |p, now| {
             (p.changes(after, max, now), p.revision())
         })?;

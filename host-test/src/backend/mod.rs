@@ -19,6 +19,14 @@ pub use coord_component::store::{
     MeterMode, MeterReply, MeterRequest, Millis, Outcome, ReadReply, StoreError, WriteReply,
 };
 
+/// The answer of `changes` on an unwatched partition (a name beginning with
+/// `~`, see `wit/store.wit`), which no backend keeps a feed for.
+pub fn no_feed(partition: &str) -> StoreError {
+    StoreError::Invalid(format!(
+        "partition: {partition:?} is unwatched (its name begins with '~'), so no change feed is kept for it"
+    ))
+}
+
 /// How long a partition that went quiet is kept by default, in ms (ten
 /// minutes): the time a watcher can resume from an old revision after the
 /// partition's last entry was deleted or expired. Both backends use it.

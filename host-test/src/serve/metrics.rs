@@ -193,7 +193,7 @@ impl MeteredBackend {
             backend: self.backend,
         };
         self.metrics.store_calls.get_or_create(&labels).inc();
-        let on_lock = partition.starts_with("lock:");
+        let on_lock = partition.starts_with("~lock:");
         let lock_outcome = match result {
             Ok(reply) => outcome(reply),
             Err(_) => {

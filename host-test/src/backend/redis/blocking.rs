@@ -39,7 +39,19 @@ impl RedisBackend {
             0
         };
         let mut pipe = ::redis::pipe();
-        // Entries of the feed after `after` (its ids are "<revision>-0"):
+        // An unwatched partition has no feed, only a wake-up stream that its
+        // writes fill while somebody waits: `arm` says so first (and leaves a
+        // wake-up at once for a change already made after `after`).
+        let unwatched = is_unwatched(partition);
+        let stream = if unwatched {
+            let mut arm = self.script(partition, "arm");
+            arm.arg(after);
+            pipe.add_command(arm);
+            self.key(partition, "n")
+        } else {
+            self.key(partition, "f")
+        };
+        // Entries of the stream after `after` (its ids are "<revision>-0"):
         // the first one there is, or the first one appended while blocked.
         // One is enough to end the wait.
         pipe.cmd("XREAD")
@@ -48,7 +60,7 @@ impl RedisBackend {
             .arg("BLOCK")
             .arg(timeout_ms.saturating_add(backstop))
             .arg("STREAMS")
-            .arg(self.key(partition, "f"))
+            .arg(stream)
             .arg(format!("{after}-0"))
             .add_command(put.clone())
             .ignore_errors();
@@ -86,6 +98,11 @@ impl RedisBackend {
             }
         };
         let mut replies = replies.into_iter();
+        if unwatched {
+            // `arm`'s reply. Refused (NOSCRIPT after a restart), the XREAD
+            // still ended at its timeout at the latest.
+            replies.next();
+        }
         let (Some(read), Some(reply)) = (replies.next(), replies.next()) else {
             return Some(Err(malformed("a wait-then-put without both replies")));
         };
@@ -95,7 +112,7 @@ impl RedisBackend {
             // A restarted or flushed server forgot the script: the wait is
             // over, so load it and put again, once.
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                match self.run_script_value(&put, &self.script).await {
+                match self.run_script_value(&put, &self.store_scripts()).await {
                     Ok(reply) => write_reply(reply, key, sent),
                     Err(e) => Err(e),
                 }

@@ -14,7 +14,11 @@
 //! script keeps each partition in three keys that share one hash tag — `<prefix>:{p:<partition>}:e`
 //! (entries and the partition's meta), `:x` (expiry index), `:f` (change
 //! feed, a stream trimmed by whole nodes, its exact history enforced on
-//! read) — so it always touches one cluster slot. Time is Redis's own
+//! read) — so it always touches one cluster slot. An *unwatched* partition
+//! (a lock's, a lease's: a name beginning with `~`) keeps no feed, so it
+//! runs `unwatched.lua` instead, on one string key (`:s`) that holds the
+//! whole partition, with a wake-up stream (`:n`) written only while
+//! somebody waits. Time is Redis's own
 //! (`TIME` inside the script); due expiries are swept by the first script
 //! that touches the partition after them and recorded in the feed; every key carries a Redis
 //! TTL (the last entry's expiry plus the retention), so an abandoned
@@ -57,6 +61,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::*;
 use crate::clock::{Clock, ManualClock};
+use coord_component::keys::is_unwatched;
 
 mod blocking;
 mod codec;
@@ -73,6 +78,9 @@ use waiting::*;
 /// without the line of configuration it is loaded behind
 /// ([`store_script`]).
 const SCRIPT: &str = include_str!("../redis.lua");
+/// The Lua script of every operation on an unwatched partition, without the
+/// line of configuration it is loaded behind ([`unwatched_script`]).
+const UNWATCHED_SCRIPT: &str = include_str!("../unwatched.lua");
 /// The Lua script of `meter` (the rate limiter's one round trip).
 const METER_SCRIPT: &str = include_str!("../meter.lua");
 
@@ -136,6 +144,9 @@ pub struct RedisBackend {
     /// The store script as this backend loads it, and its SHA-1.
     script: String,
     sha: String,
+    /// The unwatched partitions' script as this backend loads it, and its SHA-1.
+    unwatched_script: String,
+    unwatched_sha: String,
     meter_sha: String,
     config: RedisConfig,
     round_trips: AtomicU64,
@@ -225,10 +236,13 @@ impl RedisBackend {
             ..config
         };
         let script = store_script(&config);
+        let unwatched_script = unwatched_script(&config);
         let backend = RedisBackend {
             conn,
             sha: sha1_hex(&script),
             script,
+            unwatched_sha: sha1_hex(&unwatched_script),
+            unwatched_script,
             meter_sha: sha1_hex(METER_SCRIPT),
             config,
             round_trips: AtomicU64::new(0),
@@ -310,52 +324,75 @@ impl RedisBackend {
         &self.script
     }
 
-    /// Every key (and the channel) a partition uses, for tests of the layout.
+    /// Every key (and the channel) a watched partition uses, for tests of
+    /// the layout.
     pub fn keys(&self, partition: &str) -> [String; 4] {
         ["e", "x", "f", "w"].map(|part| self.key(partition, part))
     }
 
-    /// The script call for `op` on `partition`, before its own arguments.
+    /// Every key (and the channel) an unwatched partition uses: the
+    /// partition, its wake-up stream, its channel.
+    pub fn unwatched_keys(&self, partition: &str) -> [String; 3] {
+        ["s", "n", "w"].map(|part| self.key(partition, part))
+    }
+
+    /// The script call for `op` on `partition`, before its own arguments:
+    /// `unwatched.lua` for an unwatched partition, `redis.lua` otherwise.
     fn script(&self, partition: &str, op: &str) -> Cmd {
-        let [e, x, f, w] = self.keys(partition);
         let mut cmd = ::redis::cmd("EVALSHA");
-        cmd.arg(&self.sha).arg(3).arg(e).arg(x).arg(f).arg(op);
+        let unwatched = is_unwatched(partition);
+        if unwatched {
+            // One key; the script finds the stream and channel beside it.
+            cmd.arg(&self.unwatched_sha)
+                .arg(1)
+                .arg(self.key(partition, "s"))
+                .arg(op);
+        } else {
+            let [e, x, f, _] = self.keys(partition);
+            cmd.arg(&self.sha).arg(3).arg(e).arg(x).arg(f).arg(op);
+        }
         // The script reads Redis's TIME unless a test clock gives the time.
         match &self.config.test_clock {
             Some(clock) => cmd.arg(clock.now_ms()),
             None => cmd.arg(""),
         };
-        cmd.arg(w);
+        if !unwatched {
+            cmd.arg(self.key(partition, "w"));
+        }
         cmd
     }
 
-    /// Send one request; after `NOSCRIPT` (a restarted or flushed server),
-    /// load the script and send it again.
-    async fn run(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
-        self.run_script(cmd, &self.script).await
+    /// The scripts a store call may need loaded again after `NOSCRIPT`.
+    fn store_scripts(&self) -> [&str; 2] {
+        [&self.script, &self.unwatched_script]
     }
 
-    /// [`RedisBackend::run`] for a call of `script`.
-    async fn run_script(&self, cmd: &Cmd, script: &str) -> Result<Vec<Value>, StoreError> {
-        match self.run_script_value(cmd, script).await? {
+    /// Send one request; after `NOSCRIPT` (a restarted or flushed server),
+    /// load the scripts and send it again.
+    async fn run(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
+        match self.run_script_value(cmd, &self.store_scripts()).await? {
             Value::Array(values) => Ok(values),
             other => Err(malformed(&format!("expected an array, got {other:?}"))),
         }
     }
 
-    /// [`RedisBackend::run_script`], whatever the reply's shape.
-    async fn run_script_value(&self, cmd: &Cmd, script: &str) -> Result<Value, StoreError> {
+    /// [`RedisBackend::run`], whatever the reply's shape; `scripts` are
+    /// loaded after `NOSCRIPT`.
+    async fn run_script_value(&self, cmd: &Cmd, scripts: &[&str]) -> Result<Value, StoreError> {
         let mut conn = self.conn.clone();
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let reply = match cmd.query_async::<Value>(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.round_trips.fetch_add(2, Ordering::Relaxed);
-                ::redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(script)
-                    .query_async::<String>(&mut conn)
-                    .await
-                    .map_err(unavailable)?;
+                let loads = scripts.len() as u64;
+                self.round_trips.fetch_add(loads + 1, Ordering::Relaxed);
+                for script in scripts {
+                    ::redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(*script)
+                        .query_async::<String>(&mut conn)
+                        .await
+                        .map_err(unavailable)?;
+                }
                 cmd.query_async::<Value>(&mut conn).await
             }
             other => other,
@@ -373,7 +410,11 @@ impl RedisBackend {
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
         let sent = write_args(&mut cmd, key, value, ttl_ms, condition);
-        write_reply(self.run_script_value(&cmd, &self.script).await?, key, sent)
+        write_reply(
+            self.run_script_value(&cmd, &self.store_scripts()).await?,
+            key,
+            sent,
+        )
     }
 }
 
@@ -385,6 +426,15 @@ fn store_script(config: &RedisConfig) -> String {
     format!(
         "local HISTORY, RETENTION = '{}', {}\n{SCRIPT}",
         config.history, config.retention_ms
+    )
+}
+
+/// The unwatched partitions' script as a backend with `config` loads it:
+/// one line that gives it `RETENTION`, then [`UNWATCHED_SCRIPT`].
+fn unwatched_script(config: &RedisConfig) -> String {
+    format!(
+        "local RETENTION = {}\n{UNWATCHED_SCRIPT}",
+        config.retention_ms
     )
 }
 

@@ -39,7 +39,7 @@ impl Backend for RedisBackend {
         let _turn = self.turn().await;
         let mut cmd = self.script(partition, "list");
         cmd.arg(prefix);
-        match self.run_script_value(&cmd, &self.script).await? {
+        match self.run_script_value(&cmd, &self.store_scripts()).await? {
             Value::BulkString(packed) => listing(&packed),
             other => Err(malformed(&format!(
                 "expected a packed listing, got {other:?}"
@@ -103,10 +103,13 @@ impl Backend for RedisBackend {
         after: u64,
         max: u32,
     ) -> Result<ChangesReply, StoreError> {
+        if is_unwatched(partition) {
+            return Err(no_feed(partition));
+        }
         let _turn = self.turn().await;
         let mut cmd = self.script(partition, "changes");
         cmd.arg(after).arg(max);
-        match self.run_script_value(&cmd, &self.script).await? {
+        match self.run_script_value(&cmd, &self.store_scripts()).await? {
             Value::BulkString(packed) => page(&packed),
             Value::Array(reply) => {
                 // The history no longer reaches `after`.
@@ -157,7 +160,7 @@ impl Backend for RedisBackend {
             .arg(1)
             .arg(format!("{}{key}", self.key(partition, "r:")))
             .arg(packed);
-        match self.run_script_value(&cmd, METER_SCRIPT).await? {
+        match self.run_script_value(&cmd, &[METER_SCRIPT]).await? {
             Value::BulkString(packed) => meter_reply(&packed),
             other => Err(malformed(&format!(
                 "expected a packed meter reply, got {other:?}"
