@@ -23,6 +23,8 @@ server=${REDIS_SERVER:-$(command -v redis-server)}
 port=${CALLGRIND_PORT:-6391}
 here=$(cd "$(dirname "$0")" && pwd)
 store_lua="$here/../../backend/redis.lua"
+unwatched_lua="$here/../../backend/unwatched.lua"
+plain_window_lua="$here/plain-window.lua"
 meter_lua="$here/../../backend/meter.lua"
 fenced_acquire_lua="$here/fenced-acquire.lua"
 fenced_release_lua="$here/fenced-release.lua"
@@ -48,19 +50,25 @@ store() {
   line EVALSHA "$store_sha" 3 "$p:e" "$p:x" "$p:f" "$op" '' "$p:w" "$@"
 }
 
+# The same for an unwatched partition (a lock's): one key, then op and clock.
+unwatched() {
+  local p="cg:{p:~$1}:s" op=$2
+  shift 2
+  line EVALSHA "$unwatched_sha" 1 "$p" "$op" '' "$@"
+}
+
 # A sliding-window check that consumes, on Redis's clock, with a limit of
 # 10 000 000, a window of 60 000 ms and a cost of 1, packed as the backend
 # packs it (two code bytes, then four little-endian doubles), in redis-cli's
 # escapes.
 meter_input='\x01\x01\x00\x00\x00\x00\x00\x00\xf0\xbf\x00\x00\x00\x00\xd0\x12\x63\x41\x00\x00\x00\x00\x00\x4c\xed\x40\x00\x00\x00\x00\x00\x00\xf0\x3f'
 
-# Values of the sizes of coord's lock entry (56 bytes), meta (49) and feed
-# message (67), for the commands-only lock, and of a meter's state and reply
+# Values of the sizes of a lock's partition with its holder (92 bytes) and
+# without (18), for the commands-only lock, and of a meter's state and reply
 # (33 each), for the commands-only check.
-entry=$(printf 'e%.0s' {1..56})
+with_holder=$(printf 'h%.0s' {1..92})
+without=$(printf 'n%.0s' {1..18})
 meter_state=$(printf 's%.0s' {1..33})
-meta=$(printf 'm%.0s' {1..49})
-msg=$(printf 'f%.0s' {1..67})
 
 workload() {
   local i p
@@ -69,6 +77,13 @@ workload() {
     p="lock/bench/k$((i % 100))"
     case $1 in
       lock-pair)
+        # On the lock's unwatched partition, as the component names it.
+        unwatched "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent
+        unwatched "$p" delete holder always ;;
+      watched-lock-pair)
+        # The same pair on a watched partition (redis.lua: entries hash,
+        # expiry index, change feed, a publish per write), as every lock
+        # ran before unwatched partitions.
         store "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent
         store "$p" delete holder always ;;
       upsert)
@@ -77,9 +92,9 @@ workload() {
         # A touch of a held lock (held since the first 100 operations), as an
         # extend makes, but unguarded: the guard's revision is not known here.
         if ((i < 100)); then
-          store "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent
+          unwatched "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent
         else
-          store "$p" touch holder 30000 always
+          unwatched "$p" touch holder 30000 always
         fi ;;
       snapshot)
         # A listing of a 100-entry partition (filled by the first 100 operations).
@@ -90,6 +105,10 @@ workload() {
         fi ;;
       check)
         line EVALSHA "$meter_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" "$meter_input" ;;
+      plain-window-check)
+        # The plain two-counter sliding window on the caller's clock (one
+        # window throughout: 1000 checks take well under a minute).
+        line EVALSHA "$plain_window_sha" 2 "cg:{w$((i % 100))}:1" "cg:{w$((i % 100))}:0" 10000000 1750000030000 60000 1 ;;
       commands-check)
         # The check's commands with none of the meter script's logic.
         line EVALSHA "$commands_check_sha" 1 "cg:{p:rl/bench}:r:k$((i % 100))" "$meter_state" "$meter_state" ;;
@@ -101,9 +120,9 @@ workload() {
         line EVALSHA "$fenced_release_sha" 1 "cg:$p" 0123456789abcdef0123456789abcdef ;;
       commands-lock-pair)
         # coord's lock commands with none of its script's logic.
-        local k="cg:{p:$p}"
-        line EVALSHA "$commands_acquire_sha" 3 "$k:e" "$k:x" "$k:f" "$entry" "$meta" "$msg" "$k:w"
-        line EVALSHA "$commands_release_sha" 3 "$k:e" "$k:x" "$k:f" "$entry" "$meta" "$msg" "$k:w" ;;
+        local k="cg:{p:~$p}:s"
+        line EVALSHA "$commands_acquire_sha" 1 "$k" "$with_holder" "$without"
+        line EVALSHA "$commands_release_sha" 1 "$k" "$with_holder" "$without" ;;
       ping)
         line PING ;;
     esac
@@ -111,7 +130,7 @@ workload() {
 }
 
 baseline=0
-for w in baseline lock-pair upsert extend snapshot check commands-check bare-lock-pair fenced-lock-pair commands-lock-pair ping; do
+for w in baseline lock-pair watched-lock-pair upsert extend snapshot check plain-window-check commands-check bare-lock-pair fenced-lock-pair commands-lock-pair ping; do
   valgrind --tool=callgrind --toggle-collect=processCommand \
     --callgrind-out-file="$out/callgrind.$w.out" \
     "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
@@ -120,6 +139,9 @@ for w in baseline lock-pair upsert extend snapshot check commands-check bare-loc
   # Loaded as the backend loads it, behind its configuration line.
   store_sha=$(redis-cli -p "$port" script load "local HISTORY, RETENTION = '64', 600000
 $(cat "$store_lua")")
+  unwatched_sha=$(redis-cli -p "$port" script load "local RETENTION = 600000
+$(cat "$unwatched_lua")")
+  plain_window_sha=$(redis-cli -p "$port" script load "$(cat "$plain_window_lua")")
   meter_sha=$(redis-cli -p "$port" script load "$(cat "$meter_lua")")
   release_sha=$(redis-cli -p "$port" script load \
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")

@@ -20,6 +20,7 @@
 //! by the `redis` crate. The ratio component / native is the cost of the wasm
 //! boundary and the component's own work.
 
+mod at_scale;
 mod measure;
 mod ops;
 

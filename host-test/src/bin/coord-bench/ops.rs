@@ -21,6 +21,7 @@ use coord_host::ratelimit::Limiter;
 use coord_host::{Instance, Runtime};
 
 use crate::Effort;
+use crate::at_scale::{Reference, ReferenceStep};
 use crate::measure::{Stats, fmt_us};
 
 /// The operations of the per-operation table.
@@ -80,7 +81,7 @@ fn no_wait() -> AcquireOptions {
     }
 }
 
-fn failed(what: &str) -> wasmtime::Error {
+pub fn failed(what: &str) -> wasmtime::Error {
     wasmtime::format_err!("benchmark operation failed: {what}")
 }
 
@@ -327,10 +328,11 @@ fn trips(redis: &Option<Arc<RedisBackend>>) -> u64 {
 ///   and the notification, and it tells what a lock partition without them
 ///   could reach at best;
 /// - coord's own commands with none of its logic: the Redis commands the
-///   store script issues for a lock's acquire and release, in order and with
-///   values of the same sizes, on coord's three keys. The gap between it and
-///   coord's lock is the store script's own work; what it costs is the
-///   layout's;
+///   unwatched partition's script issues for a lock's acquire and release
+///   while nobody waits (`TIME`, `GET`, `SET PX`, each way), in order and
+///   with values of the same sizes, on the partition's one key. The gap
+///   between it and coord's lock is the script's own work; what it costs is
+///   the layout's;
 /// - the rate-limit check's commands with none of the meter script's logic
 ///   (`TIME`, `GET`, `SET PX`, with a state and a reply of the meter's
 ///   sizes): the least any one-script check that keeps its state in one key
@@ -351,18 +353,16 @@ async fn references(url: &str, effort: Effort) -> wasmtime::Result<()> {
     let fenced_key = format!("coordbench-fenced-{}", std::process::id());
     let commands_acquire = ::redis::Script::new(COMMANDS_ACQUIRE);
     let commands_release = ::redis::Script::new(COMMANDS_RELEASE);
-    let commands_keys = ["e", "x", "f"]
-        .map(|part| format!("coordbench-commands-{{{}}}:{part}", std::process::id()));
-    let commands_channel = format!("coordbench-commands-{{{}}}:w", std::process::id());
+    let commands_key = format!("coordbench-commands-{{{}}}:s", std::process::id());
     // The check's one key, which its script sets with a TTL.
     let check_key = format!("coordbench-check-{}", std::process::id());
     let commands_check = ::redis::Script::new(COMMANDS_CHECK);
     let mut commands_check_call = commands_check.key(&check_key);
     // A meter's state and its reply are 33 bytes each.
     commands_check_call.arg("s".repeat(33)).arg("r".repeat(33));
-    // The sizes of coord's lock entry (a 24-byte header and the 32-byte
-    // owner), its meta and its feed message.
-    let (entry, meta, message) = ("e".repeat(56), "m".repeat(49), "f".repeat(67));
+    // The sizes of a lock's partition with its holder (an 18-byte header, a
+    // 36-byte entry header, the key and the 32-byte owner) and without.
+    let (with_holder, without) = ("h".repeat(92), "n".repeat(18));
     let owner = "0123456789abcdef0123456789abcdef";
     let (mut bare, mut fenced, mut commands, mut check, mut pings) = (
         Stats::default(),
@@ -378,35 +378,14 @@ async fn references(url: &str, effort: Effort) -> wasmtime::Result<()> {
         .ignore()
         .pexpire(&fenced_key, 600_000)
         .ignore()
-        // coord's three keys as a live partition has them: the meta, the
-        // index's sentinel, a feed.
-        .hset(&commands_keys[0], "#", &meta)
-        .ignore()
-        .zadd(&commands_keys[1], "#", "+inf")
-        .ignore()
-        .cmd("XADD")
-        .arg(&commands_keys[2])
-        .arg("*")
-        .arg("m")
-        .arg(&message)
-        .ignore()
-        .pexpire(&commands_keys[0], 600_000)
-        .ignore()
-        .pexpire(&commands_keys[1], 600_000)
-        .ignore()
-        .pexpire(&commands_keys[2], 600_000)
-        .ignore()
         .query_async(&mut conn)
         .await
         .map_err(err)?;
-    // Both take the same keys and arguments on every pair.
+    // Both take the same key and arguments on every pair.
     let [mut commands_acquire_call, mut commands_release_call] =
-        [&commands_acquire, &commands_release].map(|script| script.key(&commands_keys));
+        [&commands_acquire, &commands_release].map(|script| script.key(&commands_key));
     for call in [&mut commands_acquire_call, &mut commands_release_call] {
-        call.arg(&entry)
-            .arg(&meta)
-            .arg(&message)
-            .arg(&commands_channel);
+        call.arg(&with_holder).arg(&without);
     }
     let mut last_fence = 0;
     for _ in 0..effort.reps {
@@ -488,7 +467,7 @@ async fn references(url: &str, effort: Effort) -> wasmtime::Result<()> {
     }
     let _: i64 = ::redis::cmd("DEL")
         .arg(&fenced_key)
-        .arg(&commands_keys)
+        .arg(&commands_key)
         .arg(&check_key)
         .query_async(&mut conn)
         .await
@@ -713,7 +692,7 @@ impl Rounds {
 }
 
 /// One timed operation of a concurrent task.
-trait Step {
+pub trait Step {
     /// Do it once.
     fn step(&mut self) -> impl std::future::Future<Output = wasmtime::Result<()>> + Send;
 }
@@ -773,6 +752,8 @@ pub async fn concurrency(
     // so that both see the same stretches of a drifting VM.
     const ROUNDS: usize = 5;
     let runtime = Arc::new(Runtime::new(backend.clone())?);
+    // The component's rate at 64 tasks, for the references' ratios.
+    let mut at_64 = std::collections::HashMap::new();
     for op in [Op::Check, Op::AcquireRelease] {
         for tasks in [1, TASKS] {
             let (mut component, mut native) = (Rounds::default(), Rounds::default());
@@ -799,13 +780,16 @@ pub async fn concurrency(
                 );
             }
             let ratio = component.rate() / native.rate();
+            if tasks == TASKS {
+                at_64.insert(format!("{op:?}"), component.rate());
+            }
             row(&format!("{op:?} component"), tasks, component.total());
             row(&format!("{op:?} native"), tasks, native.total());
             println!("  {:<24} {tasks:>5} {ratio:>10.2}", "  component / native");
         }
     }
     if let Some(url) = redis {
-        let config = coord_host::backend::redis::RedisConfig::new(url);
+        let config = coord_host::backend::redis::RedisConfig::new(url.clone());
         let r = Arc::new(
             RedisBackend::connect(config)
                 .await
@@ -818,6 +802,38 @@ pub async fn concurrency(
             })
             .await?;
             row("PING", tasks, ping);
+        }
+        // What a user would run instead, on a connection of its own shared
+        // by the tasks as coord's is.
+        let client = ::redis::Client::open(url.as_str()).map_err(|e| failed(&format!("{e:?}")))?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| failed(&format!("{e:?}")))?;
+        for (reference, name, coord) in [
+            (
+                Reference::BareLockPair,
+                "bare lock pair (ref)",
+                "AcquireRelease",
+            ),
+            (Reference::PlainWindowCheck, "plain window (ref)", "Check"),
+        ] {
+            for tasks in [1, TASKS] {
+                let rate = run_tasks(tasks, per_task(tasks), |t| {
+                    let conn = conn.clone();
+                    async move { Ok(ReferenceStep::new(reference, conn, t)) }
+                })
+                .await?;
+                let reference_rate = rate.1;
+                row(name, tasks, rate);
+                if let (TASKS, Some(component)) = (tasks, at_64.get(coord)) {
+                    println!(
+                        "  {:<24} {tasks:>5} {:>10.2}",
+                        format!("  {coord} / reference"),
+                        component / reference_rate
+                    );
+                }
+            }
         }
     }
     println!();
