@@ -25,6 +25,8 @@ fn main() -> anyhow::Result<()> {
         "examples/inventory-fn/src",
         "examples/inventory-fn/wit",
         "examples/inventory-fn/Cargo.toml",
+        "examples/hello-fn/src",
+        "examples/hello-fn/Cargo.toml",
         "wit",
         "Cargo.toml",
     ] {
@@ -47,7 +49,7 @@ fn main() -> anyhow::Result<()> {
             "-p",
             "coord-component",
         ])
-        .args(["-p", "coord-inventory-fn"])
+        .args(["-p", "coord-inventory-fn", "-p", "coord-hello-fn"])
         .args(["--target", GUEST_TARGET, "--target-dir"])
         .arg(&guest_target)
         // The outer build's wrappers (clippy, coverage) and flags are for the host, not the guest.
@@ -67,6 +69,7 @@ fn main() -> anyhow::Result<()> {
     for (module, component) in [
         ("coord_component.wasm", "coord.wasm"),
         ("coord_inventory_fn.wasm", "inventory-fn.wasm"),
+        ("coord_hello_fn.wasm", "hello-fn.wasm"),
     ] {
         let encoded = encode(&release.join(module))?;
         std::fs::write(out_dir.join(component), &encoded)?;

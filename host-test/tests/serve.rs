@@ -349,6 +349,37 @@ async fn a_function_composed_by_coord_compose_is_served_as_it_is() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The benchmark's hello function (examples/hello-fn), built by the build
+/// script beside the other guests.
+const HELLO_FUNCTION: &str = concat!(env!("OUT_DIR"), "/hello-fn.wasm");
+
+#[tokio::test]
+async fn a_plain_wasi_http_function_without_coord_is_served_as_it_is() {
+    // What the runtime benchmark serves from `coord serve` and `wasmtime
+    // serve` alike: it imports nothing of coord's, so nothing is composed.
+    let serve = Serve::start(&[HELLO_FUNCTION]);
+    for _ in 0..3 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&serve.address)
+            .await
+            .unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut reply = String::new();
+        common::bounded(stream.read_to_string(&mut reply))
+            .await
+            .unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        assert!(
+            reply.to_ascii_lowercase().contains("content-length: 5"),
+            "{reply}"
+        );
+        assert!(reply.ends_with("\r\n\r\nhello"), "{reply}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_serve_processes_on_one_redis_share_locks_presence_and_limits() {
     let prefix = Prefix::new("two").await;

@@ -1,0 +1,42 @@
+//! The smallest `wasi:http` function: every request gets 200 and `hello`.
+//!
+//! It imports nothing of coord's, so any `wasi:http` runtime runs it as it
+//! is. `examples/hello-fn/load.sh` serves it from `coord serve` and from
+//! `wasmtime serve` under the same `wrk` load, so the two runtimes are
+//! compared on the same function (BENCHMARKS.md, "Edge runtime over HTTP").
+
+// Natively (for `cargo test` and clippy) the handler is not exported: export
+// names such as `wasi:http/incoming-handler@0.2.12#handle` only link in wasm.
+#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+
+/// The body every request gets.
+pub const BODY: &[u8] = b"hello";
+
+/// The function's `wasi:http/incoming-handler` export.
+struct Function;
+
+#[cfg(target_arch = "wasm32")]
+impl wasip2::exports::http::incoming_handler::Guest for Function {
+    fn handle(
+        _request: wasip2::http::types::IncomingRequest,
+        out: wasip2::http::types::ResponseOutparam,
+    ) {
+        use wasip2::http::types::{Fields, OutgoingBody, OutgoingResponse, ResponseOutparam};
+        // A known length: no chunked encoding for either runtime.
+        let length = [("content-length".to_string(), b"5".to_vec())];
+        let headers = Fields::from_list(&length).unwrap_or_else(|_| Fields::new());
+        let response = OutgoingResponse::new(headers);
+        let Ok(body) = response.body() else {
+            return;
+        };
+        ResponseOutparam::set(out, Ok(response));
+        if let Ok(stream) = body.write() {
+            // Five bytes fit any stream's first write.
+            let _ = stream.blocking_write_and_flush(BODY);
+        }
+        let _ = OutgoingBody::finish(body, None);
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+wasip2::http::proxy::export!(Function);
