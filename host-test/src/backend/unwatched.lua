@@ -2,10 +2,9 @@
 -- name beginning with '~': a lock's or a lease's), atomically. An unwatched
 -- partition keeps no change feed, so it needs none of redis.lua's feed
 -- stream and expiry index: the whole partition is one string, read with one
--- GET and written with one SET that also arms its TTL. callgrind counted a
--- lock pair at about a third of redis.lua's (BENCHMARKS.md, "Instruction
--- counts"). Meant for partitions of a few small entries: every call reads
--- and rewrites the whole string.
+-- GET and written with one SET that also arms its TTL. callgrind counts
+-- every call (BENCHMARKS.md, "Instruction counts"). Meant for partitions of
+-- a few small entries: every call reads and rewrites the whole string.
 --
 -- KEYS[1] the partition: struct.pack('<BBdd', 3, waited, rev, woken), then per
 --   live entry struct.pack('<dddI4I4', revision, updated-at, expires-at or -1,
@@ -26,47 +25,52 @@
 -- The backend loads this script behind the line
 --   local RETENTION = <ms the partition outlives its last entry>
 --
--- ARGV[1] operation, ARGV[2] '' (use Redis's TIME) or a test clock's now in
--- ms, ARGV[3..] the operation's arguments, as redis.lua takes them:
---   get     key
---   put     key, value, ttl-ms or -1, condition
---   touch   key, ttl-ms, condition
---   delete  key, condition
---   list    prefix
---   check   (none): sets waited; {now, rev, next expiry or -1}
---   arm     after: sets waited and, if rev > after and no wake-up since
---           after is in the wake stream, adds one (a blocked XREAD from
---           after then returns at once); answers 1
+-- ARGV[1] every input in one string (one argument: Redis makes a string and
+-- an ARGV slot of each, and numbers in text cost a strtod besides):
+--   struct.pack('<BBddd', op, condition, clock, number, guard revision)
+--   .. struct.pack('<I4', #key) .. key .. struct.pack('<I4', #value) .. value
+--   .. struct.pack('<I4', #guard value) .. guard value
+-- op       1 get, 2 put, 3 touch, 4 delete, 5 list (key: the prefix),
+--          6 check: sets waited; {now, rev, next expiry or -1},
+--          7 arm (number: after): sets waited and, if rev > after and no
+--            wake-up since after is in the wake stream, adds one (a blocked
+--            XREAD from after then returns at once); answers 1
+-- condition  a write's: 1 always, 2 absent, 3 revision (the guard
+--          revision), 4 revision and value (the guard revision and value)
+-- clock    -1 for Redis's TIME, else a test clock's now in ms
+-- number   put and touch: the TTL in ms, -1 for none; arm: after
 -- Replies are redis.lua's, so the backend reads both alike.
 --
 -- Revisions are seeded from the clock in microseconds, as in redis.lua.
 
-local K, op = KEYS[1], ARGV[1]
-local now, clock_us
-if ARGV[2] == '' then
+local GET, PUT, TOUCH, DELETE, LIST, CHECK, ARM = 1, 2, 3, 4, 5, 6, 7
+local ALWAYS, ABSENT, REVISION = 1, 2, 3
+
+local K = KEYS[1]
+local op, ctype, now, number, guard, key, new_value, guard_value =
+  struct.unpack('<BBdddI4c0I4c0I4c0', ARGV[1])
+local clock_us
+if now < 0 then
   local t = redis.call('TIME')
   -- Two conversions from text, not one per use: each is a strtod.
   clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local us = clock_us % 1000
   now = (clock_us - us) / 1000
 else
-  now = tonumber(ARGV[2]) -- a test's manual clock
-  clock_us = now * 1000
+  clock_us = now * 1000 -- a test's manual clock
 end
 
 local blob = redis.call('GET', K)
 local waited, rev, woken = 0, 0, 0
-local single = op == 'get' or op == 'put' or op == 'delete' or op == 'touch'
-local key = single and ARGV[3] or nil
 -- The key's live entry, and the other live entries as they are stored.
 local value, erev, eupd, eexp
 local others = ''
 -- The latest expiry of the other entries (-1: one never expires).
 local latest = 0
 local changed = false -- the revision moved (a write or an expiry)
-local listing = op == 'list'
-local parts, prefix = nil, nil
-if listing then parts, prefix = {}, ARGV[3] end
+local listing = op == LIST
+local parts
+if listing then parts = {} end
 if blob then
   if #blob < 18 or string.byte(blob) ~= 3 then
     -- Not this layout: refuse rather than misread (or overwrite) it.
@@ -85,12 +89,12 @@ if blob then
       changed = true
     else
       local k = string.sub(blob, at, at + kl - 1)
-      if k == key then
+      if k == key and op <= DELETE then
         value, erev, eupd, eexp = string.sub(blob, at + kl, stop - 1), r, u, x
       else
         others = others .. string.sub(blob, pos, stop - 1)
         if x < 0 then latest = -1 elseif latest >= 0 and x > latest then latest = x end
-        if listing and string.sub(k, 1, #prefix) == prefix then
+        if listing and string.sub(k, 1, #key) == key then
           local stored = struct.pack('<ddd', r, u, x) .. string.sub(blob, at + kl, stop - 1)
           parts[#parts + 1] = struct.pack('<I4I4', kl + 1, #stored) .. '=' .. k .. stored
         end
@@ -102,60 +106,55 @@ end
 
 local reply
 local write = changed -- whether the partition is written back
-if op == 'get' then
+if op == GET then
   if erev == nil then
     reply = {now, 0}
   else
     reply = {now, 1, key, value, erev, eupd, eexp}
   end
-elseif single then
-  local new_value, ttl_text, c = nil, nil, 4
-  if op == 'put' then
-    new_value, ttl_text, c = ARGV[4], ARGV[5], 6
-  elseif op == 'touch' then
-    ttl_text, c = ARGV[4], 5
-  end
-  local ctype = ARGV[c]
+elseif op <= DELETE then
   local holds
-  if ctype == 'always' then
-    holds = op == 'put' or erev ~= nil
-  elseif ctype == 'absent' then
-    holds = op == 'put' and erev == nil
+  if ctype == ALWAYS then
+    holds = op == PUT or erev ~= nil
+  elseif ctype == ABSENT then
+    holds = op == PUT and erev == nil
   elseif erev == nil then
     holds = false
-  elseif ctype == 'revision' then
-    holds = erev == tonumber(ARGV[c + 1])
+  elseif ctype == REVISION then
+    holds = erev == guard
   else
-    holds = erev == tonumber(ARGV[c + 1]) and value == ARGV[c + 2]
+    holds = erev == guard and value == guard_value
   end
+  -- Whether the reply leaves the value out: the caller sent it (a put's
+  -- own, or a guard's).
+  local sent = op == PUT or ctype > REVISION
   if not holds then
     if erev == nil then
       reply = {now, 0, 0}
     else
       reply = {now, 0, 1, key, value, erev, eupd, eexp}
     end
-  elseif op == 'delete' then
+  elseif op == DELETE then
     rev = rev + 1
     if rev < clock_us then rev = clock_us end
     changed, write = true, true
-    if ctype == 'revision-and-value' then
+    if sent then
       reply = struct.pack('<Bdddd', 0, now, erev, eupd, eexp)
     else
       reply = struct.pack('<Bdddd', 1, now, erev, eupd, eexp) .. value
     end
     erev = nil
   else
-    if op == 'put' then
+    if op == PUT then
       value = new_value
       rev = rev + 1
       if rev < clock_us then rev = clock_us end
       erev, eupd, changed = rev, now, true
     end
-    local ttl = tonumber(ttl_text)
     eexp = -1
-    if ttl >= 0 then eexp = now + ttl end
+    if number >= 0 then eexp = now + number end
     write = true
-    if op == 'put' or ctype == 'revision-and-value' then
+    if sent then
       reply = struct.pack('<Bdddd', 0, now, erev, eupd, eexp)
     else
       reply = struct.pack('<Bdddd', 1, now, erev, eupd, eexp) .. value
@@ -166,11 +165,10 @@ elseif listing then
   -- field ('=' .. key) and stored value (header, then value) with their
   -- lengths. Unsorted: the client sorts.
   reply = struct.pack('<dd', now, rev) .. table.concat(parts)
-elseif op == 'check' or op == 'arm' then
+elseif op == CHECK or op == ARM then
   if waited == 0 then waited, write = 1, true end
-  if op == 'arm' then
-    local after = tonumber(ARGV[3])
-    if rev > after and woken <= after then
+  if op == ARM then
+    if rev > number and woken <= number then
       -- A change since `after` that woke nobody: leave its wake-up now.
       local stream = string.sub(K, 1, -2) .. 'n'
       redis.call('XADD', stream, 'MAXLEN', '1', string.format('%d', rev) .. '-0', 'r', '')
@@ -181,7 +179,6 @@ elseif op == 'check' or op == 'arm' then
   else
     -- Every entry left is live, so the next expiry is the earliest of them.
     local next_expiry = -1
-    if eexp ~= nil then next_expiry = eexp end
     local pos, size = 1, #others
     while pos <= size do
       local _, _, x, kl, vl, at = struct.unpack('<dddI4I4', others, pos)
@@ -210,7 +207,7 @@ if write then
     state = struct.pack('<BBdd', 3, waited, rev, woken) .. others
   elseif others == '' then
     -- A lock's or a lease's one entry: the header and it in one pack.
-    state = struct.pack('<BBdddddI4I4', 3, waited, rev, woken, erev, eupd, eexp, #key, #value) .. key .. value
+    state = struct.pack('<BBdddddI4I4c0c0', 3, waited, rev, woken, erev, eupd, eexp, #key, #value, key, value)
   else
     state = struct.pack('<BBdd', 3, waited, rev, woken) .. others
       .. struct.pack('<dddI4I4', erev, eupd, eexp, #key, #value) .. key .. value

@@ -30,8 +30,15 @@ impl RedisBackend {
         // A connection that cannot be opened (a client limit, say) leaves the
         // shared connections, which may still serve.
         let mut conn = slot.connection().await.ok()?;
-        let mut put = self.script(partition, "put");
-        let sent = write_args(&mut put, key, Some(value), ttl_ms, condition);
+        let inputs = Inputs {
+            key,
+            value: Some(value),
+            ttl_ms,
+            condition: Some(condition),
+            ..Inputs::default()
+        };
+        let put = self.script(partition, Op::Put, &inputs);
+        let sent = inputs.sent();
         let unblock = !self.unblock_refused.load(Ordering::Relaxed);
         let backstop = if unblock {
             u64::try_from(self.config.response_timeout.as_millis()).unwrap_or(u64::MAX)
@@ -44,9 +51,11 @@ impl RedisBackend {
         // wake-up at once for a change already made after `after`).
         let unwatched = is_unwatched(partition);
         let stream = if unwatched {
-            let mut arm = self.script(partition, "arm");
-            arm.arg(after);
-            pipe.add_command(arm);
+            let inputs = Inputs {
+                after,
+                ..Inputs::default()
+            };
+            pipe.add_command(self.script(partition, Op::Arm, &inputs));
             self.key(partition, "n")
         } else {
             self.key(partition, "f")

@@ -3,37 +3,154 @@
 
 use super::*;
 
-/// Append a write's own arguments to `cmd`, only those its operation reads
-/// (the script's header lists them; each one costs Redis a string and an
-/// ARGV slot): a put's key, value and TTL (`Some(value)`), a touch's key and
-/// TTL, a delete's key; then the condition. Returns the value an applied
-/// write leaves, when this call sent it (the script then leaves it out of
-/// its reply): a put's own, or a guard's.
-pub(super) fn write_args<'a>(
-    cmd: &mut Cmd,
-    key: &str,
-    value: Option<&'a [u8]>,
-    ttl_ms: Option<i64>,
-    condition: &'a Condition,
-) -> Option<&'a [u8]> {
-    cmd.arg(key);
-    match (value, ttl_ms) {
-        (Some(value), ttl_ms) => cmd.arg(value).arg(ttl_ms.unwrap_or(-1)),
-        (None, Some(ttl_ms)) => cmd.arg(ttl_ms),
-        (None, None) => cmd,
-    };
-    match condition {
-        Condition::Always => cmd.arg("always"),
-        Condition::Absent => cmd.arg("absent"),
-        Condition::Revision(rev) => cmd.arg("revision").arg(rev),
-        Condition::RevisionAndValue(g) => {
-            cmd.arg("revision-and-value").arg(g.revision).arg(&g.value)
+/// A store operation, as the store scripts know it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Op {
+    Get,
+    Put,
+    Touch,
+    Delete,
+    List,
+    /// Sweep the partition and answer `(now, revision, next expiry)`; on an
+    /// unwatched partition, also say that somebody waits.
+    Check,
+    /// An unwatched partition's: somebody is about to block on its wake-up
+    /// stream after a revision (`unwatched.lua`'s header says more).
+    Arm,
+    /// A watched partition's change feed.
+    Changes,
+}
+
+impl Op {
+    /// The operation's name, as `redis.lua` takes it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Op::Get => "get",
+            Op::Put => "put",
+            Op::Touch => "touch",
+            Op::Delete => "delete",
+            Op::List => "list",
+            Op::Check => "check",
+            Op::Arm => "arm",
+            Op::Changes => "changes",
         }
-    };
-    match (value, condition) {
-        (Some(value), _) => Some(value),
-        (None, Condition::RevisionAndValue(g)) => Some(g.value.as_slice()),
-        (None, _) => None,
+    }
+
+    /// The operation's code, as `unwatched.lua` takes it.
+    fn code(self) -> u8 {
+        match self {
+            Op::Get => 1,
+            Op::Put => 2,
+            Op::Touch => 3,
+            Op::Delete => 4,
+            Op::List => 5,
+            Op::Check => 6,
+            Op::Arm => 7,
+            // Refused by the script: an unwatched partition keeps no feed
+            // (and `changes` never sends it one).
+            Op::Changes => 0,
+        }
+    }
+}
+
+/// What a store script call takes beyond its keys, operation and clock.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Inputs<'a> {
+    /// get's, put's, touch's and delete's key; list's prefix.
+    pub key: &'a str,
+    /// A put's value.
+    pub value: Option<&'a [u8]>,
+    /// A put's TTL (`None`: it never expires), or a touch's.
+    pub ttl_ms: Option<i64>,
+    /// A write's condition.
+    pub condition: Option<&'a Condition>,
+    /// changes' and arm's revision to read after.
+    pub after: u64,
+    /// changes' page size.
+    pub max: u32,
+}
+
+impl<'a> Inputs<'a> {
+    /// Append `op`'s own arguments to `cmd` as `redis.lua` reads them, only
+    /// those its operation reads (the script's header lists them; each one
+    /// costs Redis a string and an ARGV slot).
+    pub(super) fn append_to(&self, op: Op, cmd: &mut Cmd) {
+        match op {
+            Op::Get | Op::List => {
+                cmd.arg(self.key);
+            }
+            Op::Put => {
+                cmd.arg(self.key)
+                    .arg(self.value.unwrap_or_default())
+                    .arg(self.ttl_ms.unwrap_or(-1));
+            }
+            Op::Touch => {
+                cmd.arg(self.key).arg(self.ttl_ms.unwrap_or(-1));
+            }
+            Op::Delete => {
+                cmd.arg(self.key);
+            }
+            Op::Changes => {
+                cmd.arg(self.after).arg(self.max);
+            }
+            Op::Check | Op::Arm => {}
+        }
+        match self.condition {
+            None => {}
+            Some(Condition::Always) => {
+                cmd.arg("always");
+            }
+            Some(Condition::Absent) => {
+                cmd.arg("absent");
+            }
+            Some(Condition::Revision(rev)) => {
+                cmd.arg("revision").arg(rev);
+            }
+            Some(Condition::RevisionAndValue(g)) => {
+                cmd.arg("revision-and-value").arg(g.revision).arg(&g.value);
+            }
+        }
+    }
+
+    /// `op` and these inputs as `unwatched.lua`'s one argument (its header
+    /// gives the layout), with `clock` the test clock's now or -1 for
+    /// Redis's TIME. Numbers travel as doubles: revisions, TTLs and times
+    /// are whole numbers below 2^53, and a guard revision above that (no
+    /// store issues one) matches no entry.
+    pub(super) fn packed(&self, op: Op, clock: f64) -> Vec<u8> {
+        let (condition, guard, guard_value): (u8, u64, &[u8]) = match self.condition {
+            None => (0, 0, b""),
+            Some(Condition::Always) => (1, 0, b""),
+            Some(Condition::Absent) => (2, 0, b""),
+            Some(Condition::Revision(rev)) => (3, *rev, b""),
+            Some(Condition::RevisionAndValue(g)) => (4, g.revision, &g.value),
+        };
+        let number = match op {
+            Op::Arm => self.after as f64,
+            _ => self.ttl_ms.map_or(-1.0, |ttl| ttl as f64),
+        };
+        let value = self.value.unwrap_or_default();
+        let mut packed = Vec::with_capacity(38 + self.key.len() + value.len() + guard_value.len());
+        packed.extend([op.code(), condition]);
+        for number in [clock, number, guard as f64] {
+            packed.extend(number.to_le_bytes());
+        }
+        for bytes in [self.key.as_bytes(), value, guard_value] {
+            // Keys and values are bounded far below 4 GiB by the contract.
+            packed.extend((bytes.len() as u32).to_le_bytes());
+            packed.extend(bytes);
+        }
+        packed
+    }
+
+    /// The value an applied write leaves, when this call sent it (the
+    /// script then leaves it out of its reply): a put's own, or a guard's.
+    pub(super) fn sent(&self) -> Option<&'a [u8]> {
+        match (self.value, self.condition) {
+            (Some(value), _) => Some(value),
+            (None, Some(Condition::RevisionAndValue(g))) => Some(g.value.as_slice()),
+            (None, _) => None,
+        }
     }
 }
 

@@ -336,29 +336,38 @@ impl RedisBackend {
         ["s", "n", "w"].map(|part| self.key(partition, part))
     }
 
-    /// The script call for `op` on `partition`, before its own arguments:
-    /// `unwatched.lua` for an unwatched partition, `redis.lua` otherwise.
-    fn script(&self, partition: &str, op: &str) -> Cmd {
+    /// The script call for `op` on `partition` with its `inputs`:
+    /// `unwatched.lua` for an unwatched partition, with every input packed
+    /// in one argument; `redis.lua` otherwise.
+    fn script(&self, partition: &str, op: Op, inputs: &Inputs) -> Cmd {
         let mut cmd = ::redis::cmd("EVALSHA");
-        let unwatched = is_unwatched(partition);
-        if unwatched {
+        if is_unwatched(partition) {
             // One key; the script finds the stream and channel beside it.
+            // -1 asks for Redis's TIME.
+            let clock = match &self.config.test_clock {
+                Some(clock) => clock.now_ms() as f64,
+                None => -1.0,
+            };
             cmd.arg(&self.unwatched_sha)
                 .arg(1)
                 .arg(self.key(partition, "s"))
-                .arg(op);
-        } else {
-            let [e, x, f, _] = self.keys(partition);
-            cmd.arg(&self.sha).arg(3).arg(e).arg(x).arg(f).arg(op);
+                .arg(inputs.packed(op, clock));
+            return cmd;
         }
+        let [e, x, f, w] = self.keys(partition);
+        cmd.arg(&self.sha)
+            .arg(3)
+            .arg(e)
+            .arg(x)
+            .arg(f)
+            .arg(op.name());
         // The script reads Redis's TIME unless a test clock gives the time.
         match &self.config.test_clock {
             Some(clock) => cmd.arg(clock.now_ms()),
             None => cmd.arg(""),
         };
-        if !unwatched {
-            cmd.arg(self.key(partition, "w"));
-        }
+        cmd.arg(w);
+        inputs.append_to(op, &mut cmd);
         cmd
     }
 
@@ -400,20 +409,18 @@ impl RedisBackend {
         reply.map_err(unavailable)
     }
 
-    /// A put (with `Some(value)`), delete or touch, and its reply.
+    /// A put, delete or touch of `inputs.key`, and its reply.
     async fn write(
         &self,
-        mut cmd: Cmd,
-        key: &str,
-        value: Option<&[u8]>,
-        ttl_ms: Option<i64>,
-        condition: &Condition,
+        partition: &str,
+        op: Op,
+        inputs: Inputs<'_>,
     ) -> Result<WriteReply, StoreError> {
-        let sent = write_args(&mut cmd, key, value, ttl_ms, condition);
+        let cmd = self.script(partition, op, &inputs);
         write_reply(
             self.run_script_value(&cmd, &self.store_scripts()).await?,
-            key,
-            sent,
+            inputs.key,
+            inputs.sent(),
         )
     }
 }

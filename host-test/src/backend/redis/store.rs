@@ -25,8 +25,14 @@ impl Backend for RedisBackend {
 
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
         let _turn = self.turn().await;
-        let mut cmd = self.script(partition, "get");
-        cmd.arg(key);
+        let cmd = self.script(
+            partition,
+            Op::Get,
+            &Inputs {
+                key,
+                ..Inputs::default()
+            },
+        );
         let reply = self.run(&cmd).await?;
         let mut r = Reader::new(&reply);
         Ok(ReadReply {
@@ -37,8 +43,11 @@ impl Backend for RedisBackend {
 
     async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
         let _turn = self.turn().await;
-        let mut cmd = self.script(partition, "list");
-        cmd.arg(prefix);
+        let inputs = Inputs {
+            key: prefix,
+            ..Inputs::default()
+        };
+        let cmd = self.script(partition, Op::List, &inputs);
         match self.run_script_value(&cmd, &self.store_scripts()).await? {
             Value::BulkString(packed) => listing(&packed),
             other => Err(malformed(&format!(
@@ -57,14 +66,14 @@ impl Backend for RedisBackend {
     ) -> Result<WriteReply, StoreError> {
         let ttl = ttl_ms.map(ttl_arg).transpose()?;
         let _turn = self.turn().await;
-        self.write(
-            self.script(partition, "put"),
+        let inputs = Inputs {
             key,
-            Some(value),
-            ttl,
-            condition,
-        )
-        .await
+            value: Some(value),
+            ttl_ms: ttl,
+            condition: Some(condition),
+            ..Inputs::default()
+        };
+        self.write(partition, Op::Put, inputs).await
     }
 
     async fn delete(
@@ -74,8 +83,12 @@ impl Backend for RedisBackend {
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
         let _turn = self.turn().await;
-        self.write(self.script(partition, "delete"), key, None, None, condition)
-            .await
+        let inputs = Inputs {
+            key,
+            condition: Some(condition),
+            ..Inputs::default()
+        };
+        self.write(partition, Op::Delete, inputs).await
     }
 
     async fn touch(
@@ -87,14 +100,13 @@ impl Backend for RedisBackend {
     ) -> Result<WriteReply, StoreError> {
         let ttl = ttl_arg(ttl_ms)?;
         let _turn = self.turn().await;
-        self.write(
-            self.script(partition, "touch"),
+        let inputs = Inputs {
             key,
-            None,
-            Some(ttl),
-            condition,
-        )
-        .await
+            ttl_ms: Some(ttl),
+            condition: Some(condition),
+            ..Inputs::default()
+        };
+        self.write(partition, Op::Touch, inputs).await
     }
 
     async fn changes(
@@ -107,8 +119,12 @@ impl Backend for RedisBackend {
             return Err(no_feed(partition));
         }
         let _turn = self.turn().await;
-        let mut cmd = self.script(partition, "changes");
-        cmd.arg(after).arg(max);
+        let inputs = Inputs {
+            after,
+            max,
+            ..Inputs::default()
+        };
+        let cmd = self.script(partition, Op::Changes, &inputs);
         match self.run_script_value(&cmd, &self.store_scripts()).await? {
             Value::BulkString(packed) => page(&packed),
             Value::Array(reply) => {

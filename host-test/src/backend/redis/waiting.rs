@@ -36,7 +36,9 @@ impl RedisBackend {
         partition: &str,
     ) -> Result<(u64, u64, Option<u64>), StoreError> {
         let _turn = self.turn().await;
-        let reply = self.run(&self.script(partition, "check")).await?;
+        let reply = self
+            .run(&self.script(partition, Op::Check, &Inputs::default()))
+            .await?;
         let mut r = Reader::new(&reply);
         Ok((r.u64()?, r.u64()?, r.optional_u64()?))
     }

@@ -50,11 +50,24 @@ store() {
   line EVALSHA "$store_sha" 3 "$p:e" "$p:x" "$p:f" "$op" '' "$p:w" "$@"
 }
 
-# The same for an unwatched partition (a lock's): one key, then op and clock.
+# unwatched.lua's one packed argument (its header gives the layout), on
+# Redis's clock, in redis-cli's escapes:
+#   packed OP CONDITION NUMBER KEY VALUE
+# op 2 put, 3 touch, 4 delete; condition 1 always, 2 absent; NUMBER the TTL
+# (-1 for none); no guard.
+packed() {
+  perl -e 'my ($op, $cond, $number, $key, $value) = @ARGV;
+    my $p = pack("CCd<d<d<", $op, $cond, -1, $number, 0)
+      . pack("V", length $key) . $key . pack("V", length $value) . $value . pack("V", 0);
+    print join("", map { sprintf("\\x%02x", ord) } split(//, $p));' "$@"
+}
+acquire_input=$(packed 2 2 30000 holder 0123456789abcdef0123456789abcdef)
+release_input=$(packed 4 1 -1 holder '')
+touch_input=$(packed 3 1 30000 holder '')
+
+# A call of it on an unwatched partition (a lock's): one key, one argument.
 unwatched() {
-  local p="cg:{p:~$1}:s" op=$2
-  shift 2
-  line EVALSHA "$unwatched_sha" 1 "$p" "$op" '' "$@"
+  line EVALSHA "$unwatched_sha" 1 "cg:{p:~$1}:s" "$2"
 }
 
 # A sliding-window check that consumes, on Redis's clock, with a limit of
@@ -78,8 +91,8 @@ workload() {
     case $1 in
       lock-pair)
         # On the lock's unwatched partition, as the component names it.
-        unwatched "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent
-        unwatched "$p" delete holder always ;;
+        unwatched "$p" "$acquire_input"
+        unwatched "$p" "$release_input" ;;
       watched-lock-pair)
         # The same pair on a watched partition (redis.lua: entries hash,
         # expiry index, change feed, a publish per write), as every lock
@@ -92,9 +105,9 @@ workload() {
         # A touch of a held lock (held since the first 100 operations), as an
         # extend makes, but unguarded: the guard's revision is not known here.
         if ((i < 100)); then
-          unwatched "$p" put holder 0123456789abcdef0123456789abcdef 30000 absent
+          unwatched "$p" "$acquire_input"
         else
-          unwatched "$p" touch holder 30000 always
+          unwatched "$p" "$touch_input"
         fi ;;
       snapshot)
         # A listing of a 100-entry partition (filled by the first 100 operations).
