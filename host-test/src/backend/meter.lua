@@ -138,7 +138,8 @@ if mode == RESET then
 elseif mode == CONSUME and allowed then
   ttl = math.max(ttl, 1)
   local encoded = struct.pack('<Bdddd', 1, c1, c2, c3, now + ttl)
-  redis.call('SET', KEYS[1], encoded, 'PX', string.format('%d', ttl))
+  -- PSETEX rather than SET ... PX: fewer arguments, no options to parse.
+  redis.call('PSETEX', KEYS[1], string.format('%d', ttl), encoded)
 end
 if mode ~= CONSUME and allowed then after = before end
 local a = 0

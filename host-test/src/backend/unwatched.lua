@@ -2,7 +2,7 @@
 -- name beginning with '~': a lock's or a lease's), atomically. An unwatched
 -- partition keeps no change feed, so it needs none of redis.lua's feed
 -- stream and expiry index: the whole partition is one string, read with one
--- GET and written with one SET that also arms its TTL. callgrind counts
+-- GET and written with one PSETEX, which also arms its TTL. callgrind counts
 -- every call (BENCHMARKS.md, "Instruction counts"). Meant for partitions of
 -- a few small entries: every call reads and rewrites the whole string.
 --
@@ -220,7 +220,9 @@ if write then
     redis.call('SET', K, state)
   else
     if latest < now then latest = now end
-    redis.call('SET', K, state, 'PX', string.format('%d', latest - now + RETENTION))
+    -- PSETEX, not SET ... PX: one argument and no options to parse, about
+    -- 750 instructions less a call (callgrind-redis.sh).
+    redis.call('PSETEX', K, string.format('%d', latest - now + RETENTION), state)
   end
 end
 return reply

@@ -9,6 +9,6 @@
 -- ARGV[2] without (18 bytes). Answers 1 when the holder was absent.
 redis.call('TIME')
 local before = redis.call('GET', KEYS[1])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', '630000')
+redis.call('PSETEX', KEYS[1], '630000', ARGV[1])
 if before == ARGV[1] then return 0 end
 return 1

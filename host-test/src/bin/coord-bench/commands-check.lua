@@ -9,5 +9,5 @@
 -- reply (33 bytes). Answers the reply.
 redis.call('TIME')
 redis.call('GET', KEYS[1])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', '60000')
+redis.call('PSETEX', KEYS[1], '60000', ARGV[1])
 return ARGV[2]

@@ -4,6 +4,6 @@
 -- Same key and arguments. Answers 1 when the holder was there.
 redis.call('TIME')
 local before = redis.call('GET', KEYS[1])
-redis.call('SET', KEYS[1], ARGV[2], 'PX', '600000')
+redis.call('PSETEX', KEYS[1], '600000', ARGV[2])
 if before == ARGV[1] then return 1 end
 return 0
