@@ -3,8 +3,9 @@
 // Time is a clock the tests can move (`advance`); revisions, conditions,
 // TTLs, the bounded change feed with expire events and the rate-limit meter
 // follow wit/store.wit. JavaScript runs the component on one thread, so
-// `wait` and `wait-then-put` cannot block: they return at once (the contract
-// allows an early return; callers re-check).
+// while `wait` or `wait-then-put` blocks nothing else can write: only time
+// moves, so each sleeps (Atomics.wait, which Node allows on its main thread)
+// until its timeout or the partition's next expiry, whichever is first.
 
 const HISTORY = 1024;
 let offset = 0n;
@@ -56,6 +57,7 @@ function sweep(p, now) {
 }
 
 function open(name) {
+  stats.opens += 1;
   const now = clock();
   const p = partition(name);
   sweep(p, now);
@@ -133,13 +135,45 @@ export function changes(name, after, max) {
   return { changes: page.map((c) => ({ ...c })), revision: p.revision, now };
 }
 
-export function wait(name) {
-  const [p] = open(name);
+// How many times a wait slept, for the tests: a wait that spins instead of
+// sleeping shows as many store calls and few sleeps.
+export const stats = { sleeps: 0, opens: 0 };
+
+// Block the thread for `ms` milliseconds (a bigint).
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+function sleep(ms) {
+  if (ms <= 0n) return;
+  stats.sleeps += 1;
+  Atomics.wait(sleeper, 0, 0, Number(ms));
+}
+
+// The earliest expiry in the partition, if any entry has a TTL.
+function nextExpiry(p) {
+  let next;
+  for (const e of p.entries.values()) {
+    if (e.expiresAt !== undefined && (next === undefined || e.expiresAt < next)) next = e.expiresAt;
+  }
+  return next;
+}
+
+// Block until the partition's revision passes `after`, an entry's TTL runs
+// out (which records an expiry, so the revision moves) or `timeoutMs`
+// passes; the latest revision.
+export function wait(name, after, timeoutMs) {
+  let [p, now] = open(name);
+  const deadline = now + timeoutMs;
+  while (p.revision <= after && now < deadline) {
+    const expiry = nextExpiry(p);
+    sleep((expiry !== undefined && expiry < deadline ? expiry : deadline) - now);
+    [p, now] = open(name);
+  }
   return p.revision;
 }
 
-// As `wait` above (returns at once), then the put.
-export function waitThenPut(name, key, value, ttlMs, condition) {
+// `wait` above, then the put, whichever way the wait ended. An expiry ends
+// the wait too (the contract allows an early end; the put decides).
+export function waitThenPut(name, key, value, ttlMs, condition, after, timeoutMs) {
+  wait(name, after, timeoutMs);
   return put(name, key, value, ttlMs, condition);
 }
 

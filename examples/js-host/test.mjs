@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { lock, ephemeral, ratelimit } from './dist/coord.js';
-import { advance } from './store.js';
+import { advance, stats } from './store.js';
 
 const noWait = { ttlMs: 1000n, wait: { tag: 'no-wait' } };
 
@@ -33,6 +33,29 @@ test('an expired holder cannot release its successor', () => {
   assert.equal(lock.release(old), false);
   assert.deepEqual(lock.extend(old, undefined), { tag: 'lost' });
   assert.equal(lock.inspect('inventory.stock', 'item:2').fence, next.fence);
+});
+
+test('a waiter sleeps out its budget on a held lock instead of spinning', () => {
+  const holder = lock.acquire('inventory.stock', 'item:3', { ttlMs: 60000n, wait: { tag: 'no-wait' } }).val;
+  const [opens, sleeps, started] = [stats.opens, stats.sleeps, Date.now()];
+  const busy = lock.acquire('inventory.stock', 'item:3', { ttlMs: 1000n, wait: { tag: 'timeout', val: 300n } });
+  const took = Date.now() - started;
+  assert.equal(busy.tag, 'busy');
+  assert.ok(took >= 300, `gave up after ${took} ms of a 300 ms budget`);
+  // Before, the store's wait returned at once: over 5 000 store calls in one acquire.
+  assert.ok(stats.opens - opens < 20, `${stats.opens - opens} store calls in one acquire`);
+  assert.ok(stats.sleeps > sleeps, 'the wait slept');
+  assert.equal(lock.release(holder), true);
+});
+
+test("a waiter is woken by the holder's expiry and takes the lock", () => {
+  lock.acquire('inventory.stock', 'item:4', { ttlMs: 200n, wait: { tag: 'no-wait' } });
+  const started = Date.now();
+  const next = lock.acquire('inventory.stock', 'item:4', { ttlMs: 1000n, wait: { tag: 'timeout', val: 5000n } });
+  const took = Date.now() - started;
+  assert.equal(next.tag, 'acquired');
+  assert.ok(took >= 150 && took < 2000, `took ${took} ms for a 200 ms TTL`);
+  assert.equal(lock.release(next.val), true);
 });
 
 test('bad input is an error naming the field', () => {
