@@ -37,6 +37,7 @@ per_backend!(
     an_unwatched_partition_keeps_every_guarantee_but_the_feed,
     a_wait_on_an_unwatched_partition_is_woken_by_writes_and_by_expiry,
     a_wait_then_put_on_an_unwatched_partition_puts_once_the_holder_goes,
+    unwatched_keys_and_values_of_any_bytes_and_sizes_round_trip_and_never_meet,
 );
 
 fn applied(reply: WriteReply) -> Entry {
@@ -690,6 +691,84 @@ async fn an_unwatched_partition_keeps_every_guarantee_but_the_feed(h: Harness) {
         Err(StoreError::Invalid(why)) => assert!(why.contains(p), "{why}"),
         other => panic!("expected invalid for the feed of {p}, got {other:?}"),
     }
+}
+
+/// An unwatched partition's calls travel as one packed argument on Redis
+/// (lengths, then the bytes): keys and values of any bytes and sizes come
+/// back exactly, keys that differ only in length or in a trailing NUL never
+/// meet, and a guard whose value is a prefix or whose revision is forged
+/// (`u64::MAX`, as an outside tester sent) holds nothing.
+async fn unwatched_keys_and_values_of_any_bytes_and_sizes_round_trip_and_never_meet(h: Harness) {
+    let p = "~lease:hostile:\u{0}=%{}";
+    let big: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+    let cases: [(&str, &[u8]); 6] = [
+        ("", b""),
+        ("k", b"\0\xff\x00="),
+        ("k\0", b"k"),
+        ("kk", b""),
+        ("=k", "\u{e9}t\u{e9} \u{1F512}".as_bytes()),
+        ("\u{1F512}\0\u{7f}", &big),
+    ];
+    let mut written = Vec::new();
+    for (key, value) in cases {
+        let entry = applied(
+            h.backend
+                .put(p, key, value, Some(60_000), &Condition::Absent)
+                .await
+                .unwrap(),
+        );
+        assert_eq!((entry.key.as_str(), entry.value.as_slice()), (key, value));
+        written.push(entry);
+    }
+    for entry in &written {
+        let read = h.backend.get(p, &entry.key).await.unwrap().entry;
+        assert_eq!(read.as_ref(), Some(entry), "{:?} read back", entry.key);
+    }
+    let mut sorted = written.clone();
+    sorted.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+    assert_eq!(h.backend.list(p, "").await.unwrap().entries, sorted);
+    assert_eq!(
+        h.backend.list(p, "k").await.unwrap().entries,
+        vec![written[1].clone(), written[2].clone(), written[3].clone()],
+        "the prefix `k` holds k, k\\0 and kk, and not =k"
+    );
+
+    let k = &written[1];
+    for (why, guard) in [
+        ("a forged revision", u64::MAX, k.value.clone()),
+        ("a revision past 2^53", (1 << 53) + 1, k.value.clone()),
+        ("a prefix of the value", k.revision, k.value[..2].to_vec()),
+        (
+            "the value and a byte more",
+            k.revision,
+            [k.value.as_slice(), b"\0"].concat(),
+        ),
+    ]
+    .map(|(why, revision, value)| (why, Guard { revision, value }))
+    {
+        let stale = Condition::RevisionAndValue(guard);
+        assert_eq!(
+            conflict(h.backend.delete(p, "k", &stale).await.unwrap()),
+            Some(k.clone()),
+            "{why} deletes nothing"
+        );
+        assert_eq!(
+            conflict(h.backend.touch(p, "k", 1, &stale).await.unwrap()),
+            Some(k.clone()),
+            "{why} renews nothing"
+        );
+    }
+    let owner = Condition::RevisionAndValue(Guard {
+        revision: k.revision,
+        value: k.value.clone(),
+    });
+    assert_eq!(applied(h.backend.delete(p, "k", &owner).await.unwrap()), *k);
+    assert_eq!(h.backend.get(p, "k").await.unwrap().entry, None);
+    assert_eq!(
+        h.backend.get(p, "k\0").await.unwrap().entry.as_ref(),
+        Some(&written[2]),
+        "deleting k left k\\0"
+    );
 }
 
 /// `wait` on an unwatched partition keeps `wait`'s promise: woken by a put,
