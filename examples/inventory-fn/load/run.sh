@@ -39,7 +39,9 @@ trap stop EXIT
 start() {
   local out
   out=$(mktemp)
-  "$coord" serve --listen 127.0.0.1:0 "$@" >"$out" &
+  # Its request log (a line per request on standard error) stays on, as
+  # by default, but off the terminal.
+  "$coord" serve --listen 127.0.0.1:0 "$@" >"$out" 2>/dev/null &
   serve_pid=$!
   for _ in $(seq 100); do
     grep -q listening "$out" && break
