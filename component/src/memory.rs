@@ -10,6 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::meter::{self, MeterState, Write};
+
+mod snapshot;
 use crate::store::{
     Change, ChangeKind, Condition, Entry, Guard, MeterReply, MeterRequest, Outcome, StoreError,
 };
@@ -65,6 +67,34 @@ impl Partition {
     /// Whether the partition holds no live entries and no meters.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.meters.is_empty()
+    }
+
+    /// The latest store time at which a live entry or a meter of the
+    /// partition expires (`Some(0)` when it holds neither); `None` when an
+    /// entry never expires. After it, the partition holds nothing live.
+    pub fn lives_until(&self) -> Option<u64> {
+        if self.entries.values().any(|e| e.expires_at.is_none()) {
+            return None;
+        }
+        let entries = self.expiries.last().map_or(0, |(at, _)| *at);
+        let meters = self.meters.values().map(|(_, at)| *at).max().unwrap_or(0);
+        Some(entries.max(meters))
+    }
+
+    /// Keep at most the `keep` latest changes of the feed, as its bound does:
+    /// a reader from before the dropped ones is told `history-gone`. For a
+    /// store whose values have a size limit (one message per partition).
+    pub fn trim_feed(&mut self, keep: usize) {
+        while self.feed.len() > keep {
+            if let Some(dropped) = self.feed.pop_front() {
+                self.complete_after = dropped.revision;
+            }
+        }
+    }
+
+    /// How many changes the feed holds now.
+    pub fn feed_len(&self) -> usize {
+        self.feed.len()
     }
 
     /// Run the rate-limit meter on `key` at `now` (see [`meter::decide`]).
@@ -257,11 +287,7 @@ impl Partition {
             revision: self.revision,
             at,
         });
-        while self.feed.len() > self.history {
-            if let Some(dropped) = self.feed.pop_front() {
-                self.complete_after = dropped.revision;
-            }
-        }
+        self.trim_feed(self.history);
         self.revision
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod faulty;
 pub mod memory;
+pub mod nats;
 pub mod recording;
 pub mod redis;
 

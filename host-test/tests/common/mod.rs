@@ -10,14 +10,18 @@ use std::time::Duration;
 
 use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
+use coord_host::backend::nats::{NatsBackend, NatsConfig};
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::clock::ManualClock;
 
 pub mod history;
+mod nats_server;
 mod redis_server;
 pub mod serve;
 pub mod stall_proxy;
 #[allow(unused_imports)] // not every suite starts a private server
+pub use nats_server::{NatsServer, nats_server_binary, nats_url, server_version};
+#[allow(unused_imports)]
 pub use redis_server::{RedisServer, redis_url};
 
 /// Where the manual clocks start: an ordinary Unix time in milliseconds.
@@ -33,6 +37,8 @@ pub struct Harness {
     /// drops (tests share the machine's Redis; partitions without a TTL
     /// would otherwise stay there).
     cleanup: Option<(String, String)>,
+    /// The NATS URL and stream deleted when the harness drops.
+    nats_cleanup: Option<(String, String)>,
 }
 
 impl Drop for Harness {
@@ -40,7 +46,31 @@ impl Drop for Harness {
         if let Some((url, prefix)) = self.cleanup.take() {
             delete_prefix(&url, &prefix);
         }
+        if let Some((url, stream)) = self.nats_cleanup.take() {
+            delete_stream(url, stream);
+        }
     }
+}
+
+/// Delete a test's stream (best effort), on a thread of its own: a drop
+/// cannot await, and may run inside the test's runtime.
+pub fn delete_stream(url: String, stream: String) {
+    let deleting = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async {
+            if let Ok(client) = async_nats::connect(url.as_str()).await {
+                let _ = async_nats::jetstream::new(client)
+                    .delete_stream(&stream)
+                    .await;
+            }
+        });
+    });
+    let _ = deleting.join();
 }
 
 /// Delete every key under `prefix` (best effort: a test's failure, not its
@@ -91,6 +121,7 @@ pub fn memory(history: usize) -> Harness {
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
         cleanup: None,
+        nats_cleanup: None,
     }
 }
 
@@ -125,15 +156,57 @@ pub async fn redis(history: usize) -> Harness {
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
         cleanup,
+        nats_cleanup: None,
+    }
+}
+
+/// A NATS configuration for one test: its own stream and subjects (tests
+/// share the server and run in parallel), a short retention, and `clock`.
+pub fn nats_config(url: &str, history: usize, clock: Option<Arc<ManualClock>>) -> NatsConfig {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let id = format!("{}_{n}", std::process::id());
+    NatsConfig {
+        stream: format!("COORDTEST_{id}"),
+        subject_prefix: format!("coordtest{id}"),
+        history,
+        retention_ms: 60_000,
+        test_clock: clock,
+        ..NatsConfig::new(url)
+    }
+}
+
+/// The NATS backend on a real server (see [`nats_url`]), with its "now"
+/// taken from a manual clock so TTL tests move time instead of sleeping.
+pub async fn nats(history: usize) -> Harness {
+    let url = nats_url();
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = nats_config(&url, history, Some(clock.clone()));
+    let nats_cleanup = Some((url.clone(), config.stream.clone()));
+    let backend = Arc::new(NatsBackend::connect(config).await.expect("connect to NATS"));
+    Harness {
+        backend: backend.clone(),
+        clock,
+        waiters: Box::new(move |partition| backend.waiters(partition)),
+        cleanup: None,
+        nats_cleanup,
     }
 }
 
 /// Fail, rather than hang, if `f` does not finish within ten real seconds.
 /// Tests never wait for time to pass: this only guards against a deadlock.
 pub async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), f)
-        .await
-        .expect("the test did not finish in 10 s: something is stuck")
+    bounded_for(Duration::from_secs(10), f).await
+}
+
+/// [`bounded`] with a bound of `limit`: on NATS, where every write is two
+/// round trips to a server that writes it to a file (the 64-instance
+/// contention runs take 4 times Redis's time here).
+pub async fn bounded_for<T>(limit: Duration, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, f).await {
+        Ok(done) => done,
+        Err(_) => panic!("the test did not finish in {limit:?}: something is stuck"),
+    }
 }
 
 /// Let spawned tasks run until they block; no time passes on the store's clock.
@@ -161,6 +234,16 @@ macro_rules! per_backend {
                 async fn $name() {
                     let harness = $crate::common::redis(super::HISTORY).await;
                     $crate::common::bounded(super::$name(harness)).await
+                }
+            )*
+        }
+        mod nats {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let harness = $crate::common::nats(super::HISTORY).await;
+                    let limit = std::time::Duration::from_secs(60);
+                    $crate::common::bounded_for(limit, super::$name(harness)).await
                 }
             )*
         }

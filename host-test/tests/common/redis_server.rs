@@ -92,23 +92,26 @@ fn spawn_for_this_process() -> Result<String, String> {
 }
 
 /// A free port on loopback and a fresh directory for a server on it.
-fn port_and_dir() -> Result<(u16, PathBuf), String> {
+pub(super) fn port_and_dir() -> Result<(u16, PathBuf), String> {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
         .port();
-    let dir = std::env::temp_dir().join(format!("coord-redis-{}-{port}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("coord-server-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     Ok((port, dir))
 }
 
 /// Wait until something listens on `port`, for up to 10 s, or until
 /// `exited` reports why it never will.
-fn until_listening(port: u16, mut exited: impl FnMut() -> Option<String>) -> Result<(), String> {
+pub(super) fn until_listening(
+    port: u16,
+    mut exited: impl FnMut() -> Option<String>,
+) -> Result<(), String> {
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if started.elapsed() > Duration::from_secs(10) {
-            return Err("redis-server did not listen within 10 s".into());
+            return Err("the server did not listen within 10 s".into());
         }
         if let Some(why) = exited() {
             return Err(why);

@@ -1,0 +1,311 @@
+//! The NATS JetStream backend: the store contract on one JetStream stream,
+//! replicated when the stream is.
+//!
+//! This file holds the configuration, the connection and the stream;
+//! `snapshot.rs` reads and writes one partition (a compare-and-set on its
+//! subject); `store.rs` is the `Backend` implementation.
+//!
+//! **The mapping.** Each partition is one subject, `<prefix>.p.<token>`,
+//! where the token is `_` and the partition's name in unpadded URL-safe
+//! base64 (so any string is a valid, distinct subject token). The stream
+//! (`COORD` by default) keeps one message per subject
+//! (`max_msgs_per_subject: 1`): the partition's whole state — entries,
+//! revision, bounded change feed, meters — as a snapshot that
+//! `coord_component::memory::Partition` reads and writes, the same state
+//! machine the in-memory backend runs, so the semantics are the same by
+//! construction. A call reads the partition's last message (its stream
+//! sequence) and, when it changes anything, publishes the new snapshot with
+//! `Nats-Expected-Last-Subject-Sequence` set to that sequence: the stream
+//! accepts it only if nobody wrote the partition in between, and a call
+//! that loses that race reads again and decides again.
+//!
+//! **Time** is the server's: every call reads the stream leader's clock
+//! (the `ts` of a stream-info reply, sent beside the partition read), and
+//! never goes back within a partition (each snapshot keeps the latest time
+//! it was decided at). Expiry is decided by coord on that clock to the
+//! millisecond; JetStream's per-message TTL (`Nats-TTL`, whole seconds,
+//! nats-server 2.11+) only collects a partition once nothing in it is live
+//! and the retention has passed. Revisions are the partition's own,
+//! floored at the clock in µs as in the other backends, so a stream
+//! deleted and made again issues revisions above every earlier one.
+//!
+//! **Round trips.** A read (`get`, `list`, `changes`) is one round trip (the
+//! partition and the clock fetched together). A write is two: the read,
+//! then the conditional publish; a write whose condition fails is one (the
+//! conflict carries the entry the read returned). Each lost race adds two.
+//! A successful write also publishes the new revision on
+//! `<prefix>.n.<token>` (core NATS, no reply awaited), which wakes waiters;
+//! a waiter re-checks at least every [`NatsConfig::recheck`], so a lost
+//! notification delays it, never strands it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+use base64::Engine;
+
+use super::*;
+use crate::clock::{Clock, ManualClock};
+
+mod snapshot;
+mod store;
+
+/// The oldest nats-server coord runs on: per-message TTLs (`Nats-TTL`),
+/// which collect partitions nobody uses, came in 2.11.
+pub const MIN_SERVER_VERSION: (u64, u64, u64) = (2, 11, 0);
+/// The default longest sleep of a waiter between checks, in ms.
+pub const RECHECK_MS: u64 = 500;
+
+/// How to reach NATS and how to lay out coord's data there.
+#[derive(Debug, Clone)]
+pub struct NatsConfig {
+    /// `nats://[user:password@]host[:port]`, or several, comma-separated
+    /// (the servers of one cluster).
+    pub url: String,
+    /// The JetStream stream that holds every partition; made if missing.
+    pub stream: String,
+    /// The first token of every subject, so deployments can share an account.
+    pub subject_prefix: String,
+    /// Replicas of the stream when coord makes it: 3 on a cluster (an
+    /// acknowledged write then survives the loss of a server), 1 alone.
+    pub replicas: usize,
+    /// How many changes each partition's feed keeps (fewer when the
+    /// partition would not fit in one message otherwise).
+    pub history: usize,
+    /// How long a partition outlives its last live entry, in ms: the time a
+    /// watcher can resume from an old revision after it went quiet.
+    pub retention_ms: u64,
+    /// How long a request may take before the call fails as unavailable.
+    pub response_timeout: Duration,
+    /// The longest a waiter sleeps between checks without a notification.
+    pub recheck: Duration,
+    /// For tests only: take "now" from this clock instead of the server's.
+    pub test_clock: Option<Arc<ManualClock>>,
+}
+
+impl NatsConfig {
+    /// The defaults, for a server at `url`.
+    pub fn new(url: &str) -> Self {
+        NatsConfig {
+            url: url.to_string(),
+            stream: "COORD".into(),
+            subject_prefix: "coord".into(),
+            replicas: 1,
+            history: coord_component::memory::DEFAULT_HISTORY,
+            retention_ms: DEFAULT_RETENTION_MS,
+            response_timeout: Duration::from_secs(5),
+            recheck: Duration::from_millis(RECHECK_MS),
+            test_clock: None,
+        }
+    }
+}
+
+/// The store on NATS JetStream.
+pub struct NatsBackend {
+    config: NatsConfig,
+    client: async_nats::Client,
+    jetstream: jetstream::Context,
+    /// The largest message the server takes, less room for headers.
+    max_snapshot_bytes: usize,
+    /// Waiters asleep per partition, for [`NatsBackend::waiters`].
+    asleep: Mutex<HashMap<String, usize>>,
+}
+
+/// A connection or server failure: the call may or may not have applied.
+fn unavailable(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("NATS: {error}"))
+}
+
+/// `"2.9.10"` (or `"2.12.0-beta.1"`) as numbers.
+fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
+    let core = version.trim_start_matches('v').split(['-', '+']).next()?;
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
+}
+
+impl NatsBackend {
+    /// Connect, check the server, and make the stream if it is missing.
+    /// Fails with `unavailable` when the server cannot be reached, and with
+    /// `invalid` naming what is wrong when it is too old, runs without
+    /// JetStream, or the stream exists with another layout.
+    pub async fn connect(config: NatsConfig) -> Result<Self, StoreError> {
+        let client = async_nats::ConnectOptions::new()
+            .request_timeout(Some(config.response_timeout))
+            .connection_timeout(config.response_timeout)
+            .connect(config.url.as_str())
+            .await
+            .map_err(unavailable)?;
+        let info = client.server_info();
+        let version = parse_version(&info.version);
+        if version.is_none_or(|v| v < MIN_SERVER_VERSION) {
+            let (a, b, c) = MIN_SERVER_VERSION;
+            return Err(StoreError::Invalid(format!(
+                "url: the NATS server at {} is version {}; coord needs nats-server {a}.{b}.{c} \
+                 or later (per-message TTLs)",
+                config.url, info.version
+            )));
+        }
+        if !info.jetstream {
+            return Err(StoreError::Invalid(format!(
+                "url: the NATS server at {} runs without JetStream (start it with -js)",
+                config.url
+            )));
+        }
+        let mut jetstream = jetstream::new(client.clone());
+        jetstream.set_timeout(config.response_timeout);
+        // Headers (the expected sequence, the TTL) take well under 256 bytes.
+        let max_snapshot_bytes = info.max_payload.saturating_sub(256);
+        let backend = NatsBackend {
+            config,
+            client,
+            jetstream,
+            max_snapshot_bytes,
+            asleep: Mutex::default(),
+        };
+        backend.ensure_stream().await?;
+        Ok(backend)
+    }
+
+    /// The stream's layout as coord makes it.
+    fn stream_config(&self) -> stream::Config {
+        stream::Config {
+            name: self.config.stream.clone(),
+            subjects: vec![format!("{}.p.>", self.config.subject_prefix)],
+            max_messages_per_subject: 1,
+            allow_message_ttl: true,
+            num_replicas: self.config.replicas.max(1),
+            storage: stream::StorageType::File,
+            discard: stream::DiscardPolicy::Old,
+            ..Default::default()
+        }
+    }
+
+    /// Make the stream if it is missing (first start, or somebody deleted
+    /// it); refuse one whose layout would break the contract. Returns its
+    /// number of replicas.
+    async fn ensure_stream(&self) -> Result<usize, StoreError> {
+        let wanted = self.stream_config();
+        let mut stream = self
+            .jetstream
+            .get_or_create_stream(wanted.clone())
+            .await
+            .map_err(unavailable)?;
+        let info = stream.info().await.map_err(unavailable)?;
+        let have = &info.config;
+        if have.max_messages_per_subject != 1
+            || !have.allow_message_ttl
+            || !have.subjects.contains(&wanted.subjects[0])
+        {
+            return Err(StoreError::Invalid(format!(
+                "stream: the JetStream stream {:?} exists with subjects {:?}, \
+                 max_msgs_per_subject {} and allow_msg_ttl {}; coord needs {:?}, 1 and true",
+                have.name,
+                have.subjects,
+                have.max_messages_per_subject,
+                have.allow_message_ttl,
+                wanted.subjects[0]
+            )));
+        }
+        Ok(have.num_replicas)
+    }
+
+    /// The subject token of a partition: any string, no two alike.
+    fn token(partition: &str) -> String {
+        format!(
+            "_{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(partition)
+        )
+    }
+
+    /// The subject that holds a partition's snapshot.
+    fn state_subject(&self, partition: &str) -> String {
+        format!(
+            "{}.p.{}",
+            self.config.subject_prefix,
+            Self::token(partition)
+        )
+    }
+
+    /// The subject a partition's new revisions are announced on.
+    fn notify_subject(&self, partition: &str) -> String {
+        format!(
+            "{}.n.{}",
+            self.config.subject_prefix,
+            Self::token(partition)
+        )
+    }
+
+    /// How many `wait` calls are asleep on `partition` right now (lets a
+    /// test know a waiter is asleep before it acts).
+    pub fn waiters(&self, partition: &str) -> usize {
+        self.asleep
+            .lock()
+            .map_or(0, |a| a.get(partition).copied().unwrap_or(0))
+    }
+
+    /// Count a waiter on `partition` as asleep until the value drops.
+    fn asleep(&self, partition: &str) -> Asleep<'_> {
+        if let Ok(mut a) = self.asleep.lock() {
+            *a.entry(partition.to_string()).or_default() += 1;
+        }
+        Asleep {
+            backend: self,
+            partition: partition.to_string(),
+        }
+    }
+}
+
+/// A waiter counted as asleep.
+struct Asleep<'a> {
+    backend: &'a NatsBackend,
+    partition: String,
+}
+
+impl Drop for Asleep<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut a) = self.backend.asleep.lock()
+            && let Some(n) = a.get_mut(&self.partition)
+        {
+            *n -= 1;
+            if *n == 0 {
+                a.remove(&self.partition);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare_as_numbers() {
+        assert_eq!(parse_version("2.9.10"), Some((2, 9, 10)));
+        assert!(parse_version("2.9.10").is_some_and(|v| v < MIN_SERVER_VERSION));
+        assert!(parse_version("2.11.0").is_some_and(|v| v >= MIN_SERVER_VERSION));
+        assert!(parse_version("2.12.0-beta.1").is_some_and(|v| v >= MIN_SERVER_VERSION));
+        assert!(parse_version("2.10.99").is_some_and(|v| v < MIN_SERVER_VERSION));
+        assert_eq!(parse_version("junk"), None);
+    }
+
+    #[test]
+    fn partition_tokens_are_subject_tokens_and_never_meet() {
+        let names = ["", "a", "a.b", "a b", "*", ">", "é", "~lock", "a\0"];
+        let tokens: std::collections::HashSet<_> =
+            names.iter().map(|n| NatsBackend::token(n)).collect();
+        assert_eq!(tokens.len(), names.len());
+        for t in &tokens {
+            assert!(!t.is_empty());
+            assert!(
+                t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+                "{t}"
+            );
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! One partition on NATS: read its snapshot and the server's clock, decide
+//! with the in-memory state machine, and write the result back only if
+//! nobody wrote in between (`Nats-Expected-Last-Subject-Sequence`).
+
+use std::time::Instant;
+
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use bytes::Bytes;
+use coord_component::memory::Partition;
+
+use super::*;
+
+/// A partition as read: the stream sequence of its message, its state and
+/// the latest store time it was decided at.
+struct Loaded {
+    sequence: u64,
+    partition: Partition,
+    /// The partition's encoding as read, to tell whether a call changed it.
+    encoded: Bytes,
+    decided_at: u64,
+}
+
+/// Why a conditional publish did not apply.
+enum StoreFailure {
+    /// Somebody wrote the partition after we read it: read again.
+    Raced,
+    /// The server did not take it (or may have): the call fails.
+    Failed(StoreError),
+}
+
+impl NatsBackend {
+    /// The server's clock: the `ts` of a stream-info reply from the stream's
+    /// leader (or the test clock).
+    pub(super) async fn clock(&self) -> Result<u64, StoreError> {
+        if let Some(clock) = &self.config.test_clock {
+            return Ok(clock.now_ms());
+        }
+        let subject = format!("$JS.API.STREAM.INFO.{}", self.config.stream);
+        let reply = self
+            .client
+            .request(subject, Bytes::new())
+            .await
+            .map_err(unavailable)?;
+        let info: serde_json::Value = serde_json::from_slice(&reply.payload)
+            .map_err(|e| unavailable(format!("a stream-info reply that is not JSON: {e}")))?;
+        if let Some(error) = info.get("error") {
+            return Err(unavailable(format!("stream info: {error}")));
+        }
+        let ts = info
+            .get("ts")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| unavailable("a stream-info reply without ts"))?;
+        let at = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339)
+            .map_err(|e| unavailable(format!("stream info ts {ts:?}: {e}")))?;
+        u64::try_from(at.unix_timestamp_nanos() / 1_000_000)
+            .map_err(|_| unavailable(format!("stream info ts {ts:?} is before 1970")))
+    }
+
+    /// The partition's last message, if it has one.
+    async fn load(&self, subject: &str) -> Result<Option<Loaded>, StoreError> {
+        let stream = self
+            .jetstream
+            .get_stream_no_info(&self.config.stream)
+            .await
+            .map_err(unavailable)?;
+        // The leader's own read: a direct get may be answered by a replica
+        // (or, on one server, ahead of the write just acknowledged) with an
+        // older message, and every stale read is a lost race and a retry.
+        let message = match stream.get_last_raw_message_by_subject(subject).await {
+            Ok(message) => message,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+            Err(e) => return Err(unavailable(e)),
+        };
+        let payload = message.payload;
+        if payload.len() < 8 {
+            return Err(unavailable(format!(
+                "the message at {subject} is not a coord partition ({} bytes)",
+                payload.len()
+            )));
+        }
+        let mut at = [0; 8];
+        at.copy_from_slice(&payload[..8]);
+        let encoded = payload.slice(8..);
+        let partition = Partition::decode(&encoded).map_err(|e| {
+            unavailable(format!(
+                "the message at {subject} is not a coord partition: {e}"
+            ))
+        })?;
+        Ok(Some(Loaded {
+            sequence: message.sequence,
+            partition,
+            encoded,
+            decided_at: u64::from_le_bytes(at),
+        }))
+    }
+
+    /// Write `partition` decided at `now` if the subject's last message is
+    /// still `sequence` (0: it has none).
+    async fn store(
+        &self,
+        subject: &str,
+        partition: &mut Partition,
+        now: u64,
+        sequence: u64,
+    ) -> Result<u64, StoreFailure> {
+        let mut encoded = partition.encode();
+        // One message holds the whole partition: drop the oldest changes of
+        // the feed (its readers are told history-gone) until it fits.
+        while encoded.len() + 8 > self.max_snapshot_bytes && partition.feed_len() > 0 {
+            partition.trim_feed(partition.feed_len() / 2);
+            encoded = partition.encode();
+        }
+        if encoded.len() + 8 > self.max_snapshot_bytes {
+            return Err(StoreFailure::Failed(StoreError::Invalid(format!(
+                "value: the partition would take {} bytes, over the {} one NATS message holds \
+                 here (the server's max_payload)",
+                encoded.len() + 8,
+                self.max_snapshot_bytes
+            ))));
+        }
+        let mut payload = Vec::with_capacity(encoded.len() + 8);
+        payload.extend(now.to_le_bytes());
+        payload.extend(encoded);
+        let mut message = PublishMessage::build()
+            .payload(payload.into())
+            .expected_last_subject_sequence(sequence);
+        if let Some(ttl) = self.collect_after(partition, now) {
+            message = message.header("Nats-TTL", ttl.to_string());
+        }
+        let ack = self
+            .jetstream
+            .send_publish(subject.to_string(), message)
+            .await
+            .map_err(|e| StoreFailure::Failed(unavailable(e)))?;
+        match ack.await {
+            Ok(ack) => Ok(ack.sequence),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(StoreFailure::Raced),
+            Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
+                // Deleted under us: make it again; this call still fails,
+                // as its write may or may not have landed.
+                let _ = self.ensure_stream().await;
+                Err(StoreFailure::Failed(unavailable(e)))
+            }
+            Err(e) => Err(StoreFailure::Failed(unavailable(e))),
+        }
+    }
+
+    /// Whole seconds after which JetStream may drop the partition's message:
+    /// once nothing in it is live and the retention has passed (none while
+    /// an entry never expires). Only collection: expiry itself is decided
+    /// by coord, to the millisecond.
+    fn collect_after(&self, partition: &Partition, now: u64) -> Option<u64> {
+        let lives_until = partition.lives_until()?;
+        let retention = if partition.revision() > 0 {
+            self.config.retention_ms
+        } else {
+            0
+        };
+        let keep_ms = lives_until
+            .max(now)
+            .saturating_add(retention)
+            .saturating_sub(now);
+        Some(keep_ms.div_ceil(1000).max(1))
+    }
+
+    /// Run `decide` on the partition at the server's now, after recording
+    /// due expiries, and write the result back if it changed anything —
+    /// again from a fresh read whenever another call wrote first, until the
+    /// response timeout. Returns `decide`'s answer and the now it ran at.
+    pub(super) async fn transact<T>(
+        &self,
+        name: &str,
+        mut decide: impl FnMut(&mut Partition, u64) -> T,
+    ) -> Result<(T, u64), StoreError> {
+        let subject = self.state_subject(name);
+        let started = Instant::now();
+        let mut races = 0u32;
+        loop {
+            let (loaded, clock) = match tokio::try_join!(self.load(&subject), self.clock()) {
+                Ok(read) => read,
+                // The stream may have been deleted (an operator, a test):
+                // make it again and read once more; the data is gone, and
+                // revisions, floored at the clock, still only go up.
+                Err(error) => match self.ensure_stream().await {
+                    Ok(_) => tokio::try_join!(self.load(&subject), self.clock())?,
+                    Err(_) => return Err(error),
+                },
+            };
+            let (mut partition, sequence, before, now) = match loaded {
+                Some(l) => (
+                    l.partition,
+                    l.sequence,
+                    Some(l.encoded),
+                    clock.max(l.decided_at),
+                ),
+                None => (Partition::new(self.config.history), 0, None, clock),
+            };
+            partition.sweep(now);
+            let answer = decide(&mut partition, now);
+            let changed = match &before {
+                Some(before) => partition.encode() != before.as_ref(),
+                None => partition.revision() > 0 || !partition.is_empty(),
+            };
+            if !changed {
+                return Ok((answer, now));
+            }
+            match self.store(&subject, &mut partition, now, sequence).await {
+                Ok(_) => {
+                    // Wake waiters anywhere; nothing waits for this to arrive.
+                    let revision = partition.revision().to_string();
+                    let _ = self
+                        .client
+                        .publish(self.notify_subject(name), revision.into())
+                        .await;
+                    return Ok((answer, now));
+                }
+                Err(StoreFailure::Raced) => {
+                    races += 1;
+                    if started.elapsed() > self.config.response_timeout {
+                        return Err(StoreError::Unavailable(format!(
+                            "NATS: {races} writes to partition {name:?} raced this one \
+                             within the response timeout; nothing of it was applied"
+                        )));
+                    }
+                }
+                Err(StoreFailure::Failed(error)) => return Err(error),
+            }
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! What only the NATS backend has to show: the server it needs, the real
+//! clock, a stream deleted under it, a partition too big for one message,
+//! bytes on its subjects that it did not write, and processes on one server
+//! sharing locks. The contract itself is checked by the shared suites
+//! (`conformance.rs` and the others run on NATS too).
+
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{NatsServer, nats_config, nats_url, server_version};
+use coord_host::backend::nats::{NatsBackend, NatsConfig};
+use coord_host::backend::*;
+
+/// A backend on the shared test server, on the server's own clock.
+async fn on_server_clock() -> (NatsBackend, NatsConfig) {
+    let config = nats_config(&nats_url(), 64, None);
+    (NatsBackend::connect(config.clone()).await.unwrap(), config)
+}
+
+fn applied(reply: WriteReply) -> Entry {
+    match reply.outcome {
+        Outcome::Applied(entry) => entry,
+        Outcome::Conflict(current) => panic!("expected applied, got conflict {current:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_server_older_than_2_11_is_refused_at_connect_naming_the_version_needed() {
+    // Debian's package (2.9.10 on this machine kind); .ci/run installs it.
+    let old = Path::new("/usr/sbin/nats-server");
+    let version = server_version(old)
+        .expect("Debian's nats-server at /usr/sbin (apt-get install nats-server)");
+    assert!(
+        version < (2, 11, 0),
+        "{old:?} is {version:?}, not an old server"
+    );
+    let server = NatsServer::spawn(old, &["-js", "-sd", "./js"]).unwrap();
+    let error = NatsBackend::connect(NatsConfig::new(&server.url()))
+        .await
+        .err()
+        .expect("an old server is refused");
+    let StoreError::Invalid(message) = error else {
+        panic!("expected invalid, got {error:?}");
+    };
+    let (a, b, c) = version;
+    assert!(message.contains(&format!("{a}.{b}.{c}")), "{message}");
+    assert!(message.contains("2.11.0 or later"), "{message}");
+}
+
+#[tokio::test]
+async fn a_server_without_jetstream_is_refused_naming_the_flag() {
+    let binary = common::nats_server_binary().unwrap();
+    let server = NatsServer::spawn(&binary, &[]).unwrap();
+    let error = NatsBackend::connect(NatsConfig::new(&server.url()))
+        .await
+        .err()
+        .expect("no JetStream, no coord");
+    assert!(
+        matches!(&error, StoreError::Invalid(m) if m.contains("without JetStream")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn no_server_at_the_url_is_unavailable() {
+    let nothing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = nothing.local_addr().unwrap().port();
+    drop(nothing);
+    let mut config = NatsConfig::new(&format!("nats://127.0.0.1:{port}"));
+    config.response_timeout = Duration::from_millis(500);
+    let error = NatsBackend::connect(config).await.err().unwrap();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+}
+
+#[tokio::test]
+async fn the_clock_is_the_servers_and_expiry_happens_on_it() {
+    let (backend, _) = on_server_clock().await;
+    let local = || {
+        u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap()
+    };
+    let (before, now, after) = (local(), backend.now().await.unwrap(), local());
+    // The server runs on this machine: its clock is this one.
+    assert!(
+        before <= now + 5 && now <= after + 5,
+        "{before} {now} {after}"
+    );
+    let put = applied(
+        backend
+            .put("p", "k", b"v", Some(150), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(put.expires_at, Some(put.updated_at + 150));
+    assert!(backend.get("p", "k").await.unwrap().entry.is_some());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let read = backend.get("p", "k").await.unwrap();
+    assert!(
+        read.entry.is_none(),
+        "expired 150 ms after the put, read at {}",
+        read.now
+    );
+    let feed = backend.changes("p", put.revision, 10).await.unwrap();
+    assert_eq!(feed.changes.len(), 1);
+    assert_eq!(feed.changes[0].kind, ChangeKind::Expire);
+    assert_eq!(feed.changes[0].at, put.updated_at + 150);
+}
+
+#[tokio::test]
+async fn a_stream_deleted_under_the_backend_is_made_again_and_revisions_still_only_go_up() {
+    let (backend, config) = on_server_clock().await;
+    let first = applied(
+        backend
+            .put("tenant", "k", b"v", None, &Condition::Always)
+            .await
+            .unwrap(),
+    );
+    let client = async_nats::connect(config.url.as_str()).await.unwrap();
+    async_nats::jetstream::new(client)
+        .delete_stream(&config.stream)
+        .await
+        .unwrap();
+    // The first call after the loss may fail (unavailable); the next work.
+    let mut again = None;
+    for _ in 0..3 {
+        if let Ok(reply) = backend
+            .put("tenant", "k", b"w", None, &Condition::Absent)
+            .await
+        {
+            again = Some(applied(reply));
+            break;
+        }
+    }
+    let again = again.expect("the stream is made again");
+    assert!(again.revision > first.revision, "{again:?} after {first:?}");
+    // A watcher from before the loss must resynchronise.
+    assert!(matches!(
+        backend.changes("tenant", first.revision, 10).await,
+        Err(StoreError::HistoryGone(_))
+    ));
+    common::delete_stream(config.url.clone(), config.stream.clone());
+}
+
+#[tokio::test]
+async fn a_partition_too_big_for_one_message_is_refused_naming_the_value_and_kept_as_it_was() {
+    let (backend, config) = on_server_clock().await;
+    let half = vec![7u8; 400 * 1024];
+    applied(
+        backend
+            .put("big", "a", &half, None, &Condition::Always)
+            .await
+            .unwrap(),
+    );
+    // The feed would hold both values: it is trimmed, the put applies.
+    let b = applied(
+        backend
+            .put("big", "b", &half, None, &Condition::Always)
+            .await
+            .unwrap(),
+    );
+    // Three values cannot fit in the server's 1 MiB max_payload.
+    let error = backend
+        .put("big", "c", &half, None, &Condition::Always)
+        .await
+        .unwrap_err();
+    let StoreError::Invalid(message) = error else {
+        panic!("expected invalid, got {error:?}");
+    };
+    assert!(message.starts_with("value:"), "{message}");
+    let listed = backend.list("big", "").await.unwrap();
+    assert_eq!(listed.entries.len(), 2, "nothing of the refused put landed");
+    assert_eq!(listed.revision, b.revision);
+    common::delete_stream(config.url.clone(), config.stream.clone());
+}
+
+#[tokio::test]
+async fn bytes_on_a_partitions_subject_that_coord_did_not_write_are_unavailable_not_a_panic() {
+    let (backend, config) = on_server_clock().await;
+    applied(
+        backend
+            .put("forged", "k", b"v", None, &Condition::Always)
+            .await
+            .unwrap(),
+    );
+    let client = async_nats::connect(config.url.as_str()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let token = format!(
+        "_{}",
+        base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, "forged")
+    );
+    for garbage in [&b""[..], b"short", &[0xff; 64]] {
+        js.publish(
+            format!("{}.p.{token}", config.subject_prefix),
+            garbage.to_vec().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        let error = backend.get("forged", "k").await.unwrap_err();
+        assert!(
+            matches!(&error, StoreError::Unavailable(m) if m.contains("not a coord partition")),
+            "{error:?}"
+        );
+    }
+    common::delete_stream(config.url.clone(), config.stream.clone());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_on_separate_connections_grant_a_key_to_exactly_one() {
+    let url = nats_url();
+    let config = nats_config(&url, 64, None);
+    let mut backends = Vec::new();
+    for _ in 0..4 {
+        backends.push(Arc::new(
+            NatsBackend::connect(config.clone()).await.unwrap(),
+        ));
+    }
+    for round in 0..20 {
+        let key = format!("lock{round}");
+        let mut racers = Vec::new();
+        for (i, b) in backends.iter().enumerate() {
+            let (b, key) = (b.clone(), key.clone());
+            racers.push(tokio::spawn(async move {
+                b.put("~locks", &key, &[i as u8], Some(60_000), &Condition::Absent)
+                    .await
+                    .unwrap()
+            }));
+        }
+        let mut winners = 0;
+        let mut holders = Vec::new();
+        for r in racers {
+            match r.await.unwrap().outcome {
+                Outcome::Applied(_) => winners += 1,
+                Outcome::Conflict(holder) => holders.push(holder.unwrap().value),
+            }
+        }
+        assert_eq!(winners, 1, "round {round}");
+        let stored = backends[0]
+            .get("~locks", &key)
+            .await
+            .unwrap()
+            .entry
+            .unwrap();
+        assert!(
+            holders.iter().all(|h| *h == stored.value),
+            "losers saw the winner"
+        );
+    }
+    common::delete_stream(config.url.clone(), config.stream.clone());
+}
