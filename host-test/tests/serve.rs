@@ -389,8 +389,23 @@ async fn two_serve_processes_on_one_redis_share_locks_presence_and_limits() {
         "--prefix",
         prefix.name.as_str(),
     ];
-    let a = Serve::start(&args);
-    let b = Serve::start(&args);
+    two_processes_share_locks_presence_and_limits(&args).await;
+    common::delete_prefix(&prefix.url, &prefix.name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_processes_on_one_nats_share_locks_presence_and_limits() {
+    let url = common::nats_url();
+    let subjects = format!("serve{}", std::process::id());
+    let args = ["--nats", url.as_str(), "--prefix", subjects.as_str()];
+    two_processes_share_locks_presence_and_limits(&args).await;
+}
+
+/// `coord serve ARGS` twice: a lock, presence and a limit through one are
+/// the same through the other.
+async fn two_processes_share_locks_presence_and_limits(args: &[&str]) {
+    let a = Serve::start(args);
+    let b = Serve::start(args);
 
     // A lock taken through one process is busy through the other.
     let held = a.call("POST", "/items/lime/lock", None, "").await;
@@ -436,7 +451,6 @@ async fn two_serve_processes_on_one_redis_share_locks_presence_and_limits() {
     );
 
     drop((a, b));
-    common::delete_prefix(&prefix.url, &prefix.name);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -595,8 +609,20 @@ async fn a_long_audit_keeps_its_lock_alive_by_hand_past_its_ttl() {
 /// the end: the stale write and the old epoch refused, the lease handed over.
 #[test]
 fn the_demo_runs_its_five_scenes() {
+    demo_runs_its_five_scenes(&[]);
+}
+
+/// [`the_demo_runs_its_five_scenes`] with its state on NATS.
+#[test]
+fn the_demo_runs_its_five_scenes_on_nats() {
+    let url = common::nats_url();
+    demo_runs_its_five_scenes(&["--nats", url.as_str()]);
+}
+
+fn demo_runs_its_five_scenes(store: &[&str]) {
     let output = Command::new(env!("CARGO_BIN_EXE_coord"))
         .arg("demo")
+        .args(store)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&output.stdout);

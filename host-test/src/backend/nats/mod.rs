@@ -63,7 +63,8 @@ pub struct NatsConfig {
     /// `nats://[user:password@]host[:port]`, or several, comma-separated
     /// (the servers of one cluster).
     pub url: String,
-    /// The JetStream stream that holds every partition; made if missing.
+    /// The JetStream stream that holds every partition; made if missing
+    /// (`COORD` by default, see [`NatsConfig::stream_for`]).
     pub stream: String,
     /// The first token of every subject, so deployments can share an account.
     pub subject_prefix: String,
@@ -98,6 +99,22 @@ impl NatsConfig {
             recheck: Duration::from_millis(RECHECK_MS),
             test_clock: None,
         }
+    }
+
+    /// The stream for a subject prefix (`coord` → `COORD`): its name in
+    /// capitals, with each character a stream name cannot hold as `_`, so
+    /// deployments with their own prefixes get streams of their own.
+    pub fn stream_for(subject_prefix: &str) -> String {
+        subject_prefix
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect()
     }
 }
 
@@ -291,6 +308,13 @@ mod tests {
         assert!(parse_version("2.12.0-beta.1").is_some_and(|v| v >= MIN_SERVER_VERSION));
         assert!(parse_version("2.10.99").is_some_and(|v| v < MIN_SERVER_VERSION));
         assert_eq!(parse_version("junk"), None);
+    }
+
+    #[test]
+    fn each_subject_prefix_has_a_stream_of_its_own() {
+        assert_eq!(NatsConfig::stream_for("coord"), "COORD");
+        assert_eq!(NatsConfig::stream_for("app.coord"), "APP_COORD");
+        assert_eq!(NatsConfig::stream_for("a b/c>*"), "A_B_C__");
     }
 
     #[test]

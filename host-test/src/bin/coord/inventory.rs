@@ -5,10 +5,13 @@
 //! the highest it has accepted for that item — so a holder that paused past
 //! its TTL cannot overwrite the work of the holder after it. In memory for
 //! one process; in Redis (one small script, atomic) when several processes
-//! share the demo.
+//! share the demo; on any other shared store (NATS), as one entry per item
+//! in a partition of coord's own store, written with a revision condition.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use coord_host::backend::{Backend, Condition, Outcome};
 
 /// Every item starts with this much stock.
 const INITIAL_STOCK: i64 = 100;
@@ -33,7 +36,12 @@ pub enum Inventory {
     Local(Mutex<HashMap<String, (i64, u64)>>),
     /// In Redis, shared by every demo process.
     Redis(redis::aio::MultiplexedConnection),
+    /// In a partition of a shared store, every item's `stock fence` as text.
+    Store(Arc<dyn Backend>),
 }
+
+/// The store partition that holds the demo's inventory.
+const INVENTORY_PARTITION: &str = "coord-demo-inventory";
 
 impl Inventory {
     /// An inventory in this process.
@@ -68,6 +76,46 @@ impl Inventory {
                 *stock += delta;
                 Ok(*stock)
             }
+            Inventory::Store(store) => loop {
+                let read = store
+                    .get(INVENTORY_PARTITION, item)
+                    .await
+                    .map_err(|e| format!("inventory unavailable: {e:?}"))?;
+                let (stock, highest, condition) = match &read.entry {
+                    Some(entry) => {
+                        let text = String::from_utf8_lossy(&entry.value);
+                        let mut fields = text.split(' ').map(|f| f.parse::<i64>().ok());
+                        let (Some(Some(stock)), Some(Some(highest))) =
+                            (fields.next(), fields.next())
+                        else {
+                            return Err(format!("bad inventory entry {text:?}"));
+                        };
+                        (stock, highest, Condition::Revision(entry.revision))
+                    }
+                    None => (INITIAL_STOCK, 0, Condition::Absent),
+                };
+                if i64::try_from(fence).unwrap_or(i64::MAX) < highest {
+                    return Err(format!(
+                        "fence {fence} is older than {highest}: write refused"
+                    ));
+                }
+                let stock = stock + delta;
+                let value = format!("{stock} {fence}");
+                let written = store
+                    .put(
+                        INVENTORY_PARTITION,
+                        item,
+                        value.as_bytes(),
+                        None,
+                        &condition,
+                    )
+                    .await
+                    .map_err(|e| format!("inventory unavailable: {e:?}"))?;
+                // Another process wrote the item in between: read it again.
+                if let Outcome::Applied(_) = written.outcome {
+                    return Ok(stock);
+                }
+            },
             Inventory::Redis(conn) => {
                 let (accepted, value): (i64, String) = redis::Script::new(ADJUST)
                     .key(format!("coord-demo:{{inventory}}:{item}"))

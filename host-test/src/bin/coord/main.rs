@@ -17,6 +17,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
+use coord_host::backend::nats::{NatsBackend, NatsConfig};
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::serve::Server;
 
@@ -69,9 +70,20 @@ pub struct StoreArgs {
     /// $REDIS_URL, else redis://127.0.0.1:6379 (rediss:// for TLS).
     /// Processes on one Redis share it. Without the flag, a non-empty
     /// $COORD_REDIS_URL means the same as --redis $COORD_REDIS_URL.
-    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
+          conflicts_with = "nats")]
     redis: Option<String>,
-    /// The first part of every Redis key.
+    /// Keep coordination state in NATS JetStream (nats-server 2.11 or
+    /// later): URL, else $NATS_URL, else nats://127.0.0.1:4222. Processes
+    /// on one NATS share it. Without the flag, a non-empty $COORD_NATS_URL
+    /// means the same as --nats $COORD_NATS_URL.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    nats: Option<String>,
+    /// Replicas of the JetStream stream when coord makes it (3 on a cluster).
+    #[arg(long, value_name = "N", default_value_t = 1, env = "COORD_NATS_REPLICAS",
+          value_parser = clap::value_parser!(u16).range(1..=5))]
+    nats_replicas: u16,
+    /// The first part of every Redis key (and every NATS subject).
     #[arg(
         long,
         value_name = "NAME",
@@ -132,14 +144,40 @@ pub enum Target {
         /// The key prefix.
         prefix: String,
     },
+    /// A NATS JetStream shared by every process pointed at it.
+    Nats {
+        /// The server's URL.
+        url: String,
+        /// The subject prefix.
+        prefix: String,
+        /// The stream's replicas when coord makes it.
+        replicas: usize,
+    },
 }
 
 impl StoreArgs {
-    /// Where these arguments (and COORD_REDIS_URL) say the state lives.
+    /// Where these arguments (and COORD_REDIS_URL, COORD_NATS_URL) say the
+    /// state lives.
     pub fn target(&self) -> Target {
-        let from_env = std::env::var("COORD_REDIS_URL")
-            .ok()
-            .filter(|url| !url.trim().is_empty());
+        let env = |name| {
+            std::env::var(name)
+                .ok()
+                .filter(|url: &String| !url.trim().is_empty())
+        };
+        if self.redis.is_none()
+            && let Some(url) = self.nats.clone().or_else(|| env("COORD_NATS_URL"))
+        {
+            return Target::Nats {
+                url: if url.trim().is_empty() {
+                    default_url(std::env::var("NATS_URL").ok(), "nats://127.0.0.1:4222")
+                } else {
+                    url
+                },
+                prefix: self.prefix.clone(),
+                replicas: usize::from(self.nats_replicas),
+            };
+        }
+        let from_env = env("COORD_REDIS_URL");
         match self.redis.clone().or(from_env).as_deref() {
             None => Target::Memory,
             Some(url) => Target::Redis {
@@ -158,9 +196,14 @@ impl StoreArgs {
 /// unset or empty (an empty variable is unset, as every tool treats it),
 /// else the local default.
 fn default_redis_url(from_env: Option<String>) -> String {
+    default_url(from_env, "redis://127.0.0.1:6379")
+}
+
+/// A URL from the environment unless it is unset or empty, else `local`.
+fn default_url(from_env: Option<String>, local: &str) -> String {
     from_env
         .filter(|url| !url.trim().is_empty())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
+        .unwrap_or_else(|| local.into())
 }
 
 #[tokio::main]
@@ -210,6 +253,26 @@ pub async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, Str
                 format!("Redis at {url} (prefix {prefix})"),
             ))
         }
+        Target::Nats {
+            url,
+            prefix,
+            replicas,
+        } => {
+            let mut config = NatsConfig::new(url);
+            config.stream = NatsConfig::stream_for(prefix);
+            config.subject_prefix = prefix.clone();
+            config.replicas = *replicas;
+            let backend = NatsBackend::connect(config)
+                .await
+                .map_err(|e| wasmtime::format_err!("cannot use NATS at {url}: {e:?}"))?;
+            Ok((
+                Arc::new(backend),
+                format!(
+                    "NATS JetStream at {url} (stream {})",
+                    NatsConfig::stream_for(prefix)
+                ),
+            ))
+        }
     }
 }
 
@@ -220,6 +283,7 @@ async fn demo(target: Target) -> wasmtime::Result<()> {
         Target::Redis { url, .. } => inventory::Inventory::redis(url)
             .await
             .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e}"))?,
+        Target::Nats { .. } => inventory::Inventory::Store(backend.clone()),
     };
     demo::run(backend, inventory, &place).await
 }

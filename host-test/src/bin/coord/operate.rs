@@ -112,7 +112,8 @@ async fn instance(common: &Common) -> wasmtime::Result<Instance> {
     if matches!(target, Target::Memory) {
         wasmtime::bail!(
             "operator commands need the store a coord serve uses: --redis [URL] \
-             (or COORD_REDIS_URL); the in-memory store lives inside its process"
+             (or COORD_REDIS_URL) or --nats [URL] (or COORD_NATS_URL); the in-memory \
+             store lives inside its process"
         );
     }
     let (backend, _) = backend(&target).await?;
