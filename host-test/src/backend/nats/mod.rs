@@ -154,7 +154,14 @@ impl NatsBackend {
         let client = async_nats::ConnectOptions::new()
             .request_timeout(Some(config.response_timeout))
             .connection_timeout(config.response_timeout)
-            .connect(config.url.as_str())
+            .connect(
+                config
+                    .url
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|u| !u.is_empty())
+                    .collect::<Vec<_>>(),
+            )
             .await
             .map_err(unavailable)?;
         let info = client.server_info();

@@ -1,0 +1,266 @@
+//! A three-node JetStream cluster on loopback, the coordination stream at
+//! three replicas, and the stream's leader killed while instances contend
+//! for locks: no two holders' writes both accepted (the fenced register),
+//! fences monotonic, calls during the election unavailable (never busy or
+//! acquired wrongly), and work resumed on the new leader, timed.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coord_host::backend::nats::{NatsBackend, NatsConfig};
+use coord_host::lock::*;
+use coord_host::{Instance, Runtime};
+
+/// One server of the cluster.
+struct Node {
+    name: String,
+    child: Option<Child>,
+    client_port: u16,
+}
+
+/// Three `nats-server`s routed to each other, killed on drop.
+struct Cluster {
+    nodes: Vec<Node>,
+    dir: std::path::PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let binary = common::nats_server_binary().unwrap();
+        let dir = std::env::temp_dir().join(format!("coord-nats-cluster-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let client_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let route_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let routes = route_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let name = format!("n{i}");
+            let child = Command::new(&binary)
+                .args(["-a", "127.0.0.1", "-p", &client_ports[i].to_string()])
+                .args(["-n", &name, "-js", "-sd"])
+                .arg(dir.join(&name))
+                .args(["--cluster_name", "coordtest"])
+                .args(["--cluster", &format!("nats://127.0.0.1:{}", route_ports[i])])
+                .args(["--routes", &routes])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            nodes.push(Node {
+                name,
+                child: Some(child),
+                client_port: client_ports[i],
+            });
+        }
+        Cluster { nodes, dir }
+    }
+
+    /// Every server's URL, comma-separated, as the backend takes a cluster.
+    fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("nats://127.0.0.1:{}", n.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn kill(&mut self, name: &str) {
+        let node = self.nodes.iter_mut().find(|n| n.name == name).unwrap();
+        if let Some(mut child) = node.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The name of the server that leads `stream` now.
+async fn stream_leader(client: &async_nats::Client, stream: &str) -> Option<String> {
+    let reply = client
+        .request(format!("$JS.API.STREAM.INFO.{stream}"), "".into())
+        .await
+        .ok()?;
+    let info: serde_json::Value = serde_json::from_slice(&reply.payload).ok()?;
+    info["cluster"]["leader"].as_str().map(str::to_string)
+}
+
+/// Writes guarded by fences: a write with a fence below the highest seen is refused.
+#[derive(Default)]
+struct FencedRegister {
+    highest: Mutex<HashMap<String, u64>>,
+}
+
+impl FencedRegister {
+    fn write(&self, resource: &str, fence: u64) -> bool {
+        let mut highest = self.highest.lock().unwrap();
+        let seen = highest.entry(resource.to_string()).or_default();
+        if fence < *seen {
+            return false;
+        }
+        *seen = fence;
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_stream_leader_mid_contention_grants_nothing_twice_and_work_resumes() {
+    let mut cluster = Cluster::start();
+    let mut config = NatsConfig::new(&cluster.url());
+    config.replicas = 3;
+    config.stream = "COORDCLUSTER".into();
+    config.response_timeout = Duration::from_secs(2);
+    // The cluster elects its JetStream meta leader first: connect until the
+    // stream can be made.
+    let started = Instant::now();
+    let backend = loop {
+        match NatsBackend::connect(config.clone()).await {
+            Ok(backend) => break Arc::new(backend),
+            Err(e) if started.elapsed() < Duration::from_secs(30) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the cluster never took the stream: {e:?}"),
+        }
+    };
+    let runtime = Arc::new(Runtime::new(backend).unwrap());
+    let register = Arc::new(FencedRegister::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let resumed_after: Arc<Mutex<Option<Duration>>> = Arc::default();
+    let (sections, unavailable, refused) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let fences: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let (runtime, register, stop, killed_at, resumed_after) = (
+            runtime.clone(),
+            register.clone(),
+            stop.clone(),
+            killed_at.clone(),
+            resumed_after.clone(),
+        );
+        let (sections, unavailable, refused, fences) = (
+            sections.clone(),
+            unavailable.clone(),
+            refused.clone(),
+            fences.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut instance: Instance = runtime.instantiate().await.unwrap();
+            let resource = format!("item:{}", t % 2);
+            while !stop.load(Ordering::SeqCst) {
+                let options = AcquireOptions {
+                    ttl_ms: Some(2_000),
+                    wait: Some(WaitPolicy::Timeout(1_000)),
+                };
+                let lock = match instance.acquire("stock", &resource, options).await.unwrap() {
+                    Ok(AcquireOutcome::Acquired(lock)) => lock,
+                    Ok(AcquireOutcome::Busy(_)) => continue,
+                    Err(_) => {
+                        unavailable.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                if let Some(at) = *killed_at.lock().unwrap() {
+                    resumed_after.lock().unwrap().get_or_insert(at.elapsed());
+                }
+                fences.lock().unwrap().push((resource.clone(), lock.fence));
+                sections.fetch_add(1, Ordering::SeqCst);
+                if !register.write(&resource, lock.fence) {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                }
+                let _ = instance.release(&lock).await;
+            }
+        }));
+    }
+    // Contend, kill the stream's leader, contend until work resumes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before_kill = sections.load(Ordering::SeqCst);
+    assert!(before_kill > 0, "no lock was taken before the kill");
+    let observer = async_nats::connect(cluster.url().split(',').collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let leader = stream_leader(&observer, &config.stream).await.unwrap();
+    drop(observer);
+    cluster.kill(&leader);
+    *killed_at.lock().unwrap() = Some(Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while resumed_after.lock().unwrap().is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.unwrap();
+    }
+
+    let resumed = resumed_after
+        .lock()
+        .unwrap()
+        .expect("no lock was taken after the leader was killed");
+    let fences = fences.lock().unwrap();
+    let unique: std::collections::HashSet<_> = fences.iter().collect();
+    assert_eq!(
+        unique.len(),
+        fences.len(),
+        "two acquisitions shared a fence"
+    );
+    for resource in ["item:0", "item:1"] {
+        let order: Vec<u64> = fences
+            .iter()
+            .filter(|(r, _)| r == resource)
+            .map(|(_, f)| *f)
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "{resource}'s fences went back: {order:?}"
+        );
+    }
+    assert_eq!(
+        refused.load(Ordering::SeqCst),
+        0,
+        "a holder's write was refused: two held one lock"
+    );
+    println!(
+        "leader {leader} killed after {before_kill} sections; work resumed {} ms after the kill; \
+         {} sections in all, {} calls unavailable meanwhile",
+        resumed.as_millis(),
+        sections.load(Ordering::SeqCst),
+        unavailable.load(Ordering::SeqCst)
+    );
+}
