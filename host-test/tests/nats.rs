@@ -259,3 +259,77 @@ async fn backends_on_separate_connections_grant_a_key_to_exactly_one() {
     }
     common::delete_stream(config.url.clone(), config.stream.clone());
 }
+
+#[tokio::test]
+async fn a_holders_extend_and_release_are_one_round_trip_and_a_stale_write_reads_again() {
+    let (backend, config) = on_server_clock().await;
+    let trips = |f: u64| backend.round_trips() - f;
+    let p = "~lock";
+    let start = backend.round_trips();
+    let held = applied(
+        backend
+            .put(p, "holder", b"me", Some(10_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        trips(start),
+        2,
+        "a partition never seen: read, then publish"
+    );
+    let guard = Condition::RevisionAndValue(Guard {
+        revision: held.revision,
+        value: b"me".to_vec(),
+    });
+    for _ in 0..5 {
+        // A touch in the millisecond of the last write would change nothing,
+        // which proves nothing: the backend then reads.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        let start = backend.round_trips();
+        let touched = applied(backend.touch(p, "holder", 10_000, &guard).await.unwrap());
+        assert_eq!(trips(start), 1, "an extend of a lock this host holds");
+        assert_eq!(touched.revision, held.revision, "the fence stays");
+    }
+    let start = backend.round_trips();
+    applied(backend.delete(p, "holder", &guard).await.unwrap());
+    assert_eq!(trips(start), 1, "a release");
+    let start = backend.round_trips();
+    applied(
+        backend
+            .put(p, "holder", b"me", Some(10_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        trips(start),
+        2,
+        "taken again: a create-if-absent always reads first, so a holder that \
+         released does not beat the waiters its release woke"
+    );
+
+    // Another host writes: this one's memory is stale, the server refuses
+    // its publish, and it reads and decides again.
+    let other = NatsBackend::connect(config.clone()).await.unwrap();
+    let theirs = applied(
+        other
+            .put(p, "other", b"x", None, &Condition::Always)
+            .await
+            .unwrap(),
+    );
+    let start = backend.round_trips();
+    let mine = applied(
+        backend
+            .put(p, "mine", b"y", None, &Condition::Always)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        trips(start),
+        3,
+        "a stale publish refused, a read, a publish"
+    );
+    assert!(mine.revision > theirs.revision);
+    let listed = backend.list(p, "").await.unwrap();
+    assert_eq!(listed.entries.len(), 3, "nothing lost: {listed:?}");
+    common::delete_stream(config.url.clone(), config.stream.clone());
+}

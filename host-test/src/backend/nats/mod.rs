@@ -30,15 +30,19 @@
 //! deleted and made again issues revisions above every earlier one.
 //!
 //! **Round trips.** A read (`get`, `list`, `changes`) is one round trip (the
-//! partition and the clock fetched together). A write is two: the read,
-//! then the conditional publish; a write whose condition fails is one (the
-//! conflict carries the entry the read returned). Each lost race adds two.
+//! partition and the clock fetched together). A write is one when this host
+//! saw the partition last (`seen.rs`: it decides on that state and the
+//! publish's condition proves it current), else two: the read, then the
+//! conditional publish; a write whose condition fails on a fresh read is
+//! one (the conflict carries the entry the read returned). Each lost race
+//! adds two.
 //! A successful write also publishes the new revision on
 //! `<prefix>.n.<token>` (core NATS, no reply awaited), which wakes waiters;
 //! a waiter re-checks at least every [`NatsConfig::recheck`], so a lost
 //! notification delays it, never strands it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +52,7 @@ use base64::Engine;
 use super::*;
 use crate::clock::{Clock, ManualClock};
 
+mod seen;
 mod snapshot;
 mod store;
 
@@ -127,6 +132,12 @@ pub struct NatsBackend {
     max_snapshot_bytes: usize,
     /// Waiters asleep per partition, for [`NatsBackend::waiters`].
     asleep: Mutex<HashMap<String, usize>>,
+    /// Each partition's last message as this host saw it (`seen.rs`).
+    seen: Mutex<HashMap<String, seen::Seen>>,
+    /// The last sample of the server's clock.
+    clock_sample: Mutex<Option<seen::ClockSample>>,
+    /// Round trips to the server so far (requests sent together count once).
+    round_trips: AtomicU64,
 }
 
 /// A connection or server failure: the call may or may not have applied.
@@ -190,6 +201,9 @@ impl NatsBackend {
             jetstream,
             max_snapshot_bytes,
             asleep: Mutex::default(),
+            seen: Mutex::default(),
+            clock_sample: Mutex::default(),
+            round_trips: AtomicU64::new(0),
         };
         backend.ensure_stream().await?;
         Ok(backend)
@@ -262,6 +276,17 @@ impl NatsBackend {
             self.config.subject_prefix,
             Self::token(partition)
         )
+    }
+
+    /// Round trips to the server so far: a read (the partition and the
+    /// clock, sent together) counts one, a conditional publish one.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Count a round trip.
+    fn trip(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
     /// How many `wait` calls are asleep on `partition` right now (lets a

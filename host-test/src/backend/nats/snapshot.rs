@@ -10,6 +10,7 @@ use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use bytes::Bytes;
 use coord_component::memory::Partition;
 
+use super::seen::{ClockSample, Seen};
 use super::*;
 
 /// A partition as read: the stream sequence of its message, its state and
@@ -38,11 +39,13 @@ impl NatsBackend {
             return Ok(clock.now_ms());
         }
         let subject = format!("$JS.API.STREAM.INFO.{}", self.config.stream);
+        let sent = Instant::now();
         let reply = self
             .client
             .request(subject, Bytes::new())
             .await
             .map_err(unavailable)?;
+        let received = Instant::now();
         let info: serde_json::Value = serde_json::from_slice(&reply.payload)
             .map_err(|e| unavailable(format!("a stream-info reply that is not JSON: {e}")))?;
         if let Some(error) = info.get("error") {
@@ -54,8 +57,10 @@ impl NatsBackend {
             .ok_or_else(|| unavailable("a stream-info reply without ts"))?;
         let at = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339)
             .map_err(|e| unavailable(format!("stream info ts {ts:?}: {e}")))?;
-        u64::try_from(at.unix_timestamp_nanos() / 1_000_000)
-            .map_err(|_| unavailable(format!("stream info ts {ts:?} is before 1970")))
+        let ts = u64::try_from(at.unix_timestamp_nanos() / 1_000_000)
+            .map_err(|_| unavailable(format!("stream info ts {ts:?} is before 1970")))?;
+        self.sampled(ClockSample { ts, sent, received });
+        Ok(ts)
     }
 
     /// The partition's last message, if it has one.
@@ -104,7 +109,7 @@ impl NatsBackend {
         partition: &mut Partition,
         now: u64,
         sequence: u64,
-    ) -> Result<u64, StoreFailure> {
+    ) -> Result<(u64, Bytes), StoreFailure> {
         let mut encoded = partition.encode();
         // One message holds the whole partition: drop the oldest changes of
         // the feed (its readers are told history-gone) until it fits.
@@ -122,20 +127,21 @@ impl NatsBackend {
         }
         let mut payload = Vec::with_capacity(encoded.len() + 8);
         payload.extend(now.to_le_bytes());
-        payload.extend(encoded);
+        payload.extend(&encoded);
         let mut message = PublishMessage::build()
             .payload(payload.into())
             .expected_last_subject_sequence(sequence);
         if let Some(ttl) = self.collect_after(partition, now) {
             message = message.header("Nats-TTL", ttl.to_string());
         }
+        self.trip();
         let ack = self
             .jetstream
             .send_publish(subject.to_string(), message)
             .await
             .map_err(|e| StoreFailure::Failed(unavailable(e)))?;
         match ack.await {
-            Ok(ack) => Ok(ack.sequence),
+            Ok(ack) => Ok((ack.sequence, encoded.into())),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(StoreFailure::Raced),
             Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
                 // Deleted under us: make it again; this call still fails,
@@ -168,16 +174,51 @@ impl NatsBackend {
     /// Run `decide` on the partition at the server's now, after recording
     /// due expiries, and write the result back if it changed anything —
     /// again from a fresh read whenever another call wrote first, until the
-    /// response timeout. Returns `decide`'s answer and the now it ran at.
+    /// response timeout. Returns `decide`'s answer and the store's now.
+    ///
+    /// With `skip_read`, when this host saw the partition last and has a
+    /// fresh clock sample, the first attempt skips the read: it decides on
+    /// what it saw at the clock's lower bound, and a publish the server
+    /// accepts proves that state current (one round trip). A decision that
+    /// writes nothing proves nothing, so it is made again on a fresh read.
     pub(super) async fn transact<T>(
         &self,
         name: &str,
+        skip_read: bool,
         mut decide: impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<(T, u64), StoreError> {
         let subject = self.state_subject(name);
+        if let (true, Some(seen), Some((low, high))) =
+            (skip_read, self.seen(name), self.clock_bounds())
+            && let Ok(mut partition) = Partition::decode(&seen.encoded)
+        {
+            let now = low.max(seen.decided_at);
+            partition.sweep(now);
+            let answer = decide(&mut partition, now);
+            if partition.encode() != seen.encoded.as_ref() {
+                match self
+                    .store(&subject, &mut partition, now, seen.sequence)
+                    .await
+                {
+                    Ok(stored) => {
+                        self.stored(name, &partition, now, stored).await;
+                        // The reply's now is the clock's upper bound: a
+                        // holder then counts its TTL from no later than the
+                        // server does.
+                        return Ok((answer, high.max(now)));
+                    }
+                    Err(StoreFailure::Raced) => self.forget(name),
+                    Err(StoreFailure::Failed(error)) => {
+                        self.forget(name);
+                        return Err(error);
+                    }
+                }
+            }
+        }
         let started = Instant::now();
         let mut races = 0u32;
         loop {
+            self.trip();
             let (loaded, clock) = match tokio::try_join!(self.load(&subject), self.clock()) {
                 Ok(read) => read,
                 // The stream may have been deleted (an operator, a test):
@@ -189,13 +230,22 @@ impl NatsBackend {
                 },
             };
             let (mut partition, sequence, before, now) = match loaded {
-                Some(l) => (
-                    l.partition,
-                    l.sequence,
-                    Some(l.encoded),
-                    clock.max(l.decided_at),
-                ),
-                None => (Partition::new(self.config.history), 0, None, clock),
+                Some(l) => {
+                    let now = clock.max(l.decided_at);
+                    self.remember(
+                        name,
+                        Seen {
+                            sequence: l.sequence,
+                            encoded: l.encoded.clone(),
+                            decided_at: l.decided_at,
+                        },
+                    );
+                    (l.partition, l.sequence, Some(l.encoded), now)
+                }
+                None => {
+                    self.forget(name);
+                    (Partition::new(self.config.history), 0, None, clock)
+                }
             };
             partition.sweep(now);
             let answer = decide(&mut partition, now);
@@ -207,13 +257,8 @@ impl NatsBackend {
                 return Ok((answer, now));
             }
             match self.store(&subject, &mut partition, now, sequence).await {
-                Ok(_) => {
-                    // Wake waiters anywhere; nothing waits for this to arrive.
-                    let revision = partition.revision().to_string();
-                    let _ = self
-                        .client
-                        .publish(self.notify_subject(name), revision.into())
-                        .await;
+                Ok(stored) => {
+                    self.stored(name, &partition, now, stored).await;
                     return Ok((answer, now));
                 }
                 Err(StoreFailure::Raced) => {
@@ -225,8 +270,35 @@ impl NatsBackend {
                         )));
                     }
                 }
-                Err(StoreFailure::Failed(error)) => return Err(error),
+                Err(StoreFailure::Failed(error)) => {
+                    self.forget(name);
+                    return Err(error);
+                }
             }
         }
+    }
+
+    /// After a write the server took: remember it, and wake waiters
+    /// anywhere (nothing waits for the announcement to arrive).
+    async fn stored(
+        &self,
+        name: &str,
+        partition: &Partition,
+        now: u64,
+        (sequence, encoded): (u64, Bytes),
+    ) {
+        self.remember(
+            name,
+            Seen {
+                sequence,
+                encoded,
+                decided_at: now,
+            },
+        );
+        let revision = partition.revision().to_string();
+        let _ = self
+            .client
+            .publish(self.notify_subject(name), revision.into())
+            .await;
     }
 }

@@ -9,6 +9,9 @@
 //! code; with `--native`, the same pairs straight on the backend.
 //! `callgrind-acquire.sh` counts the instructions of both.
 //!
+//! `coord-bench --nats URL` runs only NATS JetStream beside Redis: round
+//! trips and latency per call, and rates at 64 tasks (`nats.rs`).
+//!
 //! `coord-bench --profile-redis-check N` runs only rate-limit checks on
 //! Redis, N per task in 64 tasks, each through its own component instance;
 //! `--native` straight on the backend, `--tasks T` in T tasks, and
@@ -22,6 +25,7 @@
 
 mod at_scale;
 mod measure;
+mod nats;
 mod ops;
 
 use std::sync::Arc;
@@ -31,6 +35,7 @@ use clap::Parser;
 
 use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
+use coord_host::backend::nats::{NatsBackend, NatsConfig};
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::{COMPONENT, Runtime};
 use measure::{Stats, fmt_us};
@@ -58,6 +63,9 @@ struct Cli {
     /// redis://127.0.0.1:6379).
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// Only NATS JetStream at URL beside Redis, in one run.
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
     /// A tenth of the samples.
     #[arg(long)]
     quick: bool,
@@ -144,6 +152,32 @@ async fn main() -> wasmtime::Result<()> {
         num_cpus(),
         effort.reps
     );
+    if let Some(nats_url) = &cli.nats {
+        let id = std::process::id();
+        let redis_config = RedisConfig {
+            prefix: format!("coordbench-{id}"),
+            ..RedisConfig::new(redis_url.clone())
+        };
+        let redis = RedisBackend::connect(redis_config)
+            .await
+            .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
+        let nats_config = NatsConfig {
+            stream: format!("COORDBENCH{id}"),
+            subject_prefix: format!("coordbench{id}"),
+            ..NatsConfig::new(nats_url)
+        };
+        let stream = nats_config.stream.clone();
+        let nats = NatsBackend::connect(nats_config)
+            .await
+            .map_err(|e| wasmtime::format_err!("NATS at {nats_url}: {e:?}"))?;
+        let result = nats::compare(Arc::new(redis), Arc::new(nats), nats_url, effort).await;
+        if let Ok(client) = async_nats::connect(nats_url.as_str()).await {
+            let _ = async_nats::jetstream::new(client)
+                .delete_stream(&stream)
+                .await;
+        }
+        return result;
+    }
 
     instance_costs()?;
 

@@ -26,7 +26,7 @@ use crate::measure::{Stats, fmt_us};
 
 /// The operations of the per-operation table.
 #[derive(Clone, Copy, Debug)]
-enum Op {
+pub(crate) enum Op {
     AcquireRelease,
     Acquire,
     Extend,
@@ -45,9 +45,9 @@ const OPS: [Op; 7] = [
     Op::Touch,
     Op::Snapshot100,
 ];
-const LOCK_ID: &str = "bench.lock";
+pub(crate) const LOCK_ID: &str = "bench.lock";
 
-fn space() -> Space {
+pub(crate) fn space() -> Space {
     Space {
         id: "bench.presence".into(),
         ttl_ms: 60_000,
@@ -74,7 +74,7 @@ fn meter_request() -> MeterRequest {
     }
 }
 
-fn no_wait() -> AcquireOptions {
+pub(crate) fn no_wait() -> AcquireOptions {
     AcquireOptions {
         ttl_ms: Some(30_000),
         wait: Some(WaitPolicy::NoWait),
@@ -86,7 +86,7 @@ pub fn failed(what: &str) -> wasmtime::Error {
 }
 
 /// One operation through the component, on resource/key `n`.
-async fn component_op(op: Op, i: &mut Instance, n: &str) -> wasmtime::Result<()> {
+pub(crate) async fn component_op(op: Op, i: &mut Instance, n: &str) -> wasmtime::Result<()> {
     match op {
         Op::AcquireRelease => {
             let AcquireOutcome::Acquired(lock) = i
@@ -627,7 +627,7 @@ async fn native_acquire(b: &dyn Backend, partition: &str) -> wasmtime::Result<Co
 
 /// Run `tasks` tasks of `per_task` timed steps each; all samples and the
 /// overall rate. `task(t)` makes task `t`'s step function.
-async fn run_tasks<F, S, Fut>(
+pub(crate) async fn run_tasks<F, S, Fut>(
     tasks: usize,
     per_task: usize,
     task: F,
@@ -698,11 +698,11 @@ pub trait Step {
 }
 
 /// An operation through a component instance of its own.
-struct ComponentStep(Op, Instance, String);
+pub(crate) struct ComponentStep(pub(crate) Op, pub(crate) Instance, pub(crate) String);
 /// The same operation on the backend, natively.
 struct NativeStep(Op, Arc<dyn Backend>, String);
 /// A bare PING.
-struct PingStep(Arc<RedisBackend>);
+pub(crate) struct PingStep(pub(crate) Arc<RedisBackend>);
 
 impl Step for ComponentStep {
     async fn step(&mut self) -> wasmtime::Result<()> {
