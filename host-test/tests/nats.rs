@@ -333,3 +333,69 @@ async fn a_holders_extend_and_release_are_one_round_trip_and_a_stale_write_reads
     assert_eq!(listed.entries.len(), 3, "nothing lost: {listed:?}");
     common::delete_stream(config.url.clone(), config.stream.clone());
 }
+
+#[tokio::test]
+async fn a_holder_that_remembers_a_deleted_stream_cannot_extend_over_the_next_holder() {
+    let (a, config) = on_server_clock().await;
+    let held = applied(
+        a.put("~l", "holder", b"a", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    let client = async_nats::connect(config.url.as_str()).await.unwrap();
+    async_nats::jetstream::new(client)
+        .delete_stream(&config.stream)
+        .await
+        .unwrap();
+    // Another host makes the stream again and takes the lock: its message
+    // is the partition's first in the new stream.
+    let b = NatsBackend::connect(config.clone()).await.unwrap();
+    let theirs = applied(
+        b.put("~l", "holder", b"b", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    // A, within a second of its last clock reading, extends what it holds
+    // from memory: the new stream's sequences start above the old one's,
+    // so its condition is refused and it reads B's holder.
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let guard = Condition::RevisionAndValue(Guard {
+        revision: held.revision,
+        value: b"a".to_vec(),
+    });
+    let extend = a.touch("~l", "holder", 60_000, &guard).await.unwrap();
+    match extend.outcome {
+        Outcome::Conflict(current) => assert_eq!(current, Some(theirs.clone())),
+        Outcome::Applied(entry) => panic!("A's stale memory renewed over B's lock: {entry:?}"),
+    }
+    assert_eq!(
+        b.get("~l", "holder").await.unwrap().entry,
+        Some(theirs),
+        "B still holds it, untouched"
+    );
+    common::delete_stream(config.url.clone(), config.stream.clone());
+}
+
+#[tokio::test]
+async fn a_stream_with_a_limit_that_would_drop_held_partitions_is_refused_naming_it() {
+    let url = nats_url();
+    let config = nats_config(&url, 64, None);
+    let client = async_nats::connect(url.as_str()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: config.stream.clone(),
+        subjects: vec![format!("{}.p.>", config.subject_prefix)],
+        max_messages_per_subject: 1,
+        allow_message_ttl: true,
+        max_age: Duration::from_secs(60),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let error = NatsBackend::connect(config.clone()).await.err().unwrap();
+    assert!(
+        matches!(&error, StoreError::Invalid(m) if m.starts_with("stream:") && m.contains("max_age")),
+        "{error:?}"
+    );
+    js.delete_stream(&config.stream).await.unwrap();
+}

@@ -183,6 +183,7 @@ async fn killing_the_stream_leader_mid_contention_grants_nothing_twice_and_work_
             let mut instance: Instance = runtime.instantiate().await.unwrap();
             let resource = format!("item:{}", t % 2);
             while !stop.load(Ordering::SeqCst) {
+                let began = Instant::now();
                 let options = AcquireOptions {
                     ttl_ms: Some(2_000),
                     wait: Some(WaitPolicy::Timeout(1_000)),
@@ -196,7 +197,11 @@ async fn killing_the_stream_leader_mid_contention_grants_nothing_twice_and_work_
                         continue;
                     }
                 };
-                if let Some(at) = *killed_at.lock().unwrap() {
+                // Work has resumed once an acquire sent after the kill
+                // succeeds (one in flight at the kill proves nothing).
+                if let Some(at) = *killed_at.lock().unwrap()
+                    && began > at
+                {
                     resumed_after.lock().unwrap().get_or_insert(at.elapsed());
                 }
                 fences.lock().unwrap().push((resource.clone(), lock.fence));
@@ -257,8 +262,8 @@ async fn killing_the_stream_leader_mid_contention_grants_nothing_twice_and_work_
         "a holder's write was refused: two held one lock"
     );
     println!(
-        "leader {leader} killed after {before_kill} sections; work resumed {} ms after the kill; \
-         {} sections in all, {} calls unavailable meanwhile",
+        "leader {leader} killed after {before_kill} sections; an acquire sent after the kill \
+         succeeded {} ms after it; {} sections in all, {} calls unavailable meanwhile",
         resumed.as_millis(),
         sections.load(Ordering::SeqCst),
         unavailable.load(Ordering::SeqCst)

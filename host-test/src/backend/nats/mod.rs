@@ -211,6 +211,15 @@ impl NatsBackend {
 
     /// The stream's layout as coord makes it.
     fn stream_config(&self) -> stream::Config {
+        // Sequences start at the wall clock in µs, so a stream deleted and
+        // made again never reissues a sequence an earlier one gave: a host
+        // that remembers a partition's sequence (`seen.rs`) then finds its
+        // condition refused instead of met by a stranger's message.
+        let first_sequence = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| {
+                u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+            });
         stream::Config {
             name: self.config.stream.clone(),
             subjects: vec![format!("{}.p.>", self.config.subject_prefix)],
@@ -219,14 +228,17 @@ impl NatsBackend {
             num_replicas: self.config.replicas.max(1),
             storage: stream::StorageType::File,
             discard: stream::DiscardPolicy::Old,
+            first_sequence: Some(first_sequence),
             ..Default::default()
         }
     }
 
     /// Make the stream if it is missing (first start, or somebody deleted
-    /// it); refuse one whose layout would break the contract. Returns its
-    /// number of replicas.
-    async fn ensure_stream(&self) -> Result<usize, StoreError> {
+    /// it); refuse one whose layout would break the contract, naming the
+    /// first field that would: a limit that drops a partition's message
+    /// while it still holds live entries (age, bytes, messages, a retention
+    /// other than limits) would free a held lock.
+    async fn ensure_stream(&self) -> Result<(), StoreError> {
         let wanted = self.stream_config();
         let mut stream = self
             .jetstream
@@ -235,21 +247,37 @@ impl NatsBackend {
             .map_err(unavailable)?;
         let info = stream.info().await.map_err(unavailable)?;
         let have = &info.config;
-        if have.max_messages_per_subject != 1
-            || !have.allow_message_ttl
-            || !have.subjects.contains(&wanted.subjects[0])
-        {
-            return Err(StoreError::Invalid(format!(
-                "stream: the JetStream stream {:?} exists with subjects {:?}, \
-                 max_msgs_per_subject {} and allow_msg_ttl {}; coord needs {:?}, 1 and true",
-                have.name,
-                have.subjects,
-                have.max_messages_per_subject,
-                have.allow_message_ttl,
-                wanted.subjects[0]
-            )));
+        let wrong = if !have.subjects.contains(&wanted.subjects[0]) {
+            Some(format!(
+                "subjects {:?}, not {:?}",
+                have.subjects, wanted.subjects[0]
+            ))
+        } else if have.max_messages_per_subject != 1 {
+            Some(format!(
+                "max_msgs_per_subject {}, not 1",
+                have.max_messages_per_subject
+            ))
+        } else if !have.allow_message_ttl {
+            Some("allow_msg_ttl false, not true".to_string())
+        } else if have.retention != stream::RetentionPolicy::Limits {
+            Some(format!("retention {:?}, not limits", have.retention))
+        } else if !have.max_age.is_zero() {
+            Some(format!("max_age {:?}, not none", have.max_age))
+        } else if have.max_bytes > 0 {
+            Some(format!("max_bytes {}, not unlimited", have.max_bytes))
+        } else if have.max_messages > 0 {
+            Some(format!("max_msgs {}, not unlimited", have.max_messages))
+        } else {
+            None
+        };
+        match wrong {
+            Some(field) => Err(StoreError::Invalid(format!(
+                "stream: the JetStream stream {:?} exists with {field}: coord's partitions \
+                 would be dropped or refused (delete it, or name another with --prefix)",
+                have.name
+            ))),
+            None => Ok(()),
         }
-        Ok(have.num_replicas)
     }
 
     /// The subject token of a partition: any string, no two alike.

@@ -12,6 +12,7 @@ use coord_component::memory::Partition;
 
 use super::seen::{ClockSample, Seen};
 use super::*;
+use coord_component::keys::is_unwatched;
 
 /// A partition as read: the stream sequence of its message, its state and
 /// the latest store time it was decided at.
@@ -59,7 +60,12 @@ impl NatsBackend {
             .map_err(|e| unavailable(format!("stream info ts {ts:?}: {e}")))?;
         let ts = u64::try_from(at.unix_timestamp_nanos() / 1_000_000)
             .map_err(|_| unavailable(format!("stream info ts {ts:?} is before 1970")))?;
-        self.sampled(ClockSample { ts, sent, received });
+        self.sampled(ClockSample {
+            ts,
+            sent,
+            received,
+            wall: std::time::SystemTime::now(),
+        });
         Ok(ts)
     }
 
@@ -146,6 +152,7 @@ impl NatsBackend {
             Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
                 // Deleted under us: make it again; this call still fails,
                 // as its write may or may not have landed.
+                self.forget_all();
                 let _ = self.ensure_stream().await;
                 Err(StoreFailure::Failed(unavailable(e)))
             }
@@ -193,6 +200,7 @@ impl NatsBackend {
             && let Ok(mut partition) = Partition::decode(&seen.encoded)
         {
             let now = low.max(seen.decided_at);
+            let revision = partition.revision();
             partition.sweep(now);
             let answer = decide(&mut partition, now);
             if partition.encode() != seen.encoded.as_ref() {
@@ -201,13 +209,17 @@ impl NatsBackend {
                     .await
                 {
                     Ok(stored) => {
-                        self.stored(name, &partition, now, stored).await;
+                        self.stored(name, &partition, revision, now, stored).await;
                         // The reply's now is the clock's upper bound: a
                         // holder then counts its TTL from no later than the
                         // server does.
                         return Ok((answer, high.max(now)));
                     }
-                    Err(StoreFailure::Raced) => self.forget(name),
+                    // Too big, judged on a state that may be stale: the
+                    // fresh read decides.
+                    Err(StoreFailure::Raced | StoreFailure::Failed(StoreError::Invalid(_))) => {
+                        self.forget(name)
+                    }
                     Err(StoreFailure::Failed(error)) => {
                         self.forget(name);
                         return Err(error);
@@ -221,13 +233,16 @@ impl NatsBackend {
             self.trip();
             let (loaded, clock) = match tokio::try_join!(self.load(&subject), self.clock()) {
                 Ok(read) => read,
-                // The stream may have been deleted (an operator, a test):
-                // make it again and read once more; the data is gone, and
-                // revisions, floored at the clock, still only go up.
-                Err(error) => match self.ensure_stream().await {
-                    Ok(_) => tokio::try_join!(self.load(&subject), self.clock())?,
-                    Err(_) => return Err(error),
-                },
+                // The stream was deleted (an operator, a test): make it
+                // again and read once more; the data is gone, and
+                // revisions, floored at the clock, still only go up. Any
+                // other failure (a timeout, no server) is the answer.
+                Err(error) if stream_missing(&error) => {
+                    self.forget_all();
+                    self.ensure_stream().await?;
+                    tokio::try_join!(self.load(&subject), self.clock())?
+                }
+                Err(error) => return Err(error),
             };
             let (mut partition, sequence, before, now) = match loaded {
                 Some(l) => {
@@ -244,9 +259,17 @@ impl NatsBackend {
                 }
                 None => {
                     self.forget(name);
-                    (Partition::new(self.config.history), 0, None, clock)
+                    // An unwatched partition's feed is never read: keep one
+                    // change, not the history, in every message.
+                    let history = if is_unwatched(name) {
+                        1
+                    } else {
+                        self.config.history
+                    };
+                    (Partition::new(history), 0, None, clock)
                 }
             };
+            let revision = partition.revision();
             partition.sweep(now);
             let answer = decide(&mut partition, now);
             let changed = match &before {
@@ -258,7 +281,7 @@ impl NatsBackend {
             }
             match self.store(&subject, &mut partition, now, sequence).await {
                 Ok(stored) => {
-                    self.stored(name, &partition, now, stored).await;
+                    self.stored(name, &partition, revision, now, stored).await;
                     return Ok((answer, now));
                 }
                 Err(StoreFailure::Raced) => {
@@ -279,11 +302,13 @@ impl NatsBackend {
     }
 
     /// After a write the server took: remember it, and wake waiters
-    /// anywhere (nothing waits for the announcement to arrive).
+    /// anywhere if it made a new revision (a touch, a meter does not;
+    /// nothing waits for the announcement to arrive).
     async fn stored(
         &self,
         name: &str,
         partition: &Partition,
+        revision_before: u64,
         now: u64,
         (sequence, encoded): (u64, Bytes),
     ) {
@@ -295,10 +320,20 @@ impl NatsBackend {
                 decided_at: now,
             },
         );
+        if partition.revision() == revision_before {
+            return;
+        }
         let revision = partition.revision().to_string();
         let _ = self
             .client
             .publish(self.notify_subject(name), revision.into())
             .await;
     }
+}
+
+/// Whether a read failed because the stream does not exist (JetStream's
+/// error code 10059, which both the message read and the stream info
+/// report in their text).
+fn stream_missing(error: &StoreError) -> bool {
+    matches!(error, StoreError::Unavailable(message) if message.contains("10059"))
 }
