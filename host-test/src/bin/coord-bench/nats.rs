@@ -45,18 +45,7 @@ struct Store {
 impl Store {
     async fn new(backend: Arc<dyn Backend>, trips: Box<dyn Fn() -> u64>) -> wasmtime::Result<Self> {
         let runtime = Arc::new(Runtime::new(backend)?);
-        let mut instance = runtime.instantiate().await?;
-        for k in 0..100 {
-            instance
-                .upsert(
-                    &space(),
-                    "bench-100",
-                    &format!("k{k}"),
-                    b"{\"user\":\"ada\"}",
-                )
-                .await?
-                .map_err(|e| failed(&format!("{e:?}")))?;
-        }
+        let instance = runtime.instantiate().await?;
         Ok(Store {
             instance,
             runtime,
@@ -64,6 +53,19 @@ impl Store {
             samples: Stats::default(),
             trips_taken: 0,
         })
+    }
+
+    /// Write the 100 entries the snapshot row reads, right before it: they
+    /// expire with the space's TTL (a minute), and on a slow VM the rows
+    /// before it took longer.
+    async fn fill(&mut self) -> wasmtime::Result<()> {
+        for k in 0..100 {
+            self.instance
+                .upsert(&space(), "bench-100", &format!("k{k}"), b"{}")
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?;
+        }
+        Ok(())
     }
 
     /// Time `op` on key `n` and count its round trips.
@@ -135,6 +137,10 @@ pub async fn compare(
         (Op::Snapshot100, "snapshot of 100", false),
     ] {
         let run = std::process::id();
+        if let Op::Snapshot100 = op {
+            on_redis.fill().await?;
+            on_nats.fill().await?;
+        }
         for rep in 0..reps {
             let key = if fresh {
                 format!("{run}-{name}-{rep}")
