@@ -43,7 +43,8 @@
 -- must reach further. All three keys share one hash tag: one cluster slot.
 --
 -- The backend loads this script behind one line of its configuration,
---   local HISTORY, RETENTION = '<changes kept>', <ms the partition outlives its last entry>
+--   local HISTORY, RETENTION, PUBLISH = '<changes kept>', <ms the partition
+--     outlives its last entry>, '<PUBLISH, or SPUBLISH on a cluster>'
 -- (HISTORY as the text XADD takes), so neither travels with every call: each
 -- argument costs Redis a string and a slot in ARGV (callgrind: about 1 000
 -- instructions), and a number in it a `tonumber` as well.
@@ -432,7 +433,7 @@ if dirty then
     redis.call('PEXPIRE', X, ms)
     redis.call('PEXPIRE', F, ms)
   end
-  redis.call('PUBLISH', ARGV[3], rev_text or int(rev))
+  redis.call(PUBLISH, ARGV[3], rev_text or int(rev))
 elseif meta_changed and rev > 0 then
   -- Only the sweep bound moved: keep it, so the next call skips the sweep.
   redis.call('HSET', E, '#', struct.pack('<Bdddddd', 2, rev, created, armed_until, maxexp, sweep, seq))

@@ -23,7 +23,8 @@
 -- goes back to sleep checks, and sets it, again.
 --
 -- The backend loads this script behind the line
---   local RETENTION = <ms the partition outlives its last entry>
+--   local RETENTION, PUBLISH = <ms the partition outlives its last entry>,
+--     '<PUBLISH, or SPUBLISH on a cluster>'
 --
 -- ARGV[1] every input in one string (one argument: Redis makes a string and
 -- an ARGV slot of each, and numbers in text cost a strtod besides):
@@ -199,7 +200,7 @@ if write then
     local id = string.format('%d', rev)
     redis.call('XADD', base .. 'n', 'MAXLEN', '1', id .. '-0', 'r', '')
     redis.call('PEXPIRE', base .. 'n', RETENTION)
-    redis.call('PUBLISH', base .. 'w', id)
+    redis.call(PUBLISH, base .. 'w', id)
     waited, woken = 0, rev
   end
   local state

@@ -16,11 +16,14 @@ use coord_host::clock::ManualClock;
 
 pub mod history;
 mod nats_server;
+pub mod redis_cluster;
 mod redis_server;
 pub mod serve;
 pub mod stall_proxy;
 #[allow(unused_imports)] // not every suite starts a private server
 pub use nats_server::{NatsServer, nats_server_binary, nats_url, server_version};
+#[allow(unused_imports)]
+pub use redis_cluster::{RedisCluster, redis_cluster_url};
 #[allow(unused_imports)]
 pub use redis_server::{RedisServer, redis_url};
 
@@ -74,8 +77,15 @@ pub fn delete_stream(url: String, stream: String) {
 }
 
 /// Delete every key under `prefix` (best effort: a test's failure, not its
-/// cleanup, is the report that matters).
+/// cleanup, is the report that matters). `url` may list a cluster's nodes,
+/// comma-separated: each deletes its own keys (a replica's deletes fail).
 pub fn delete_prefix(url: &str, prefix: &str) {
+    for url in url.split(',') {
+        delete_prefix_on(url.trim(), prefix);
+    }
+}
+
+fn delete_prefix_on(url: &str, prefix: &str) {
     let Ok(mut connection) = redis::Client::open(url).and_then(|c| c.get_connection()) else {
         return;
     };
@@ -83,8 +93,9 @@ pub fn delete_prefix(url: &str, prefix: &str) {
         .arg(format!("{prefix}:*"))
         .query(&mut connection)
         .unwrap_or_default();
-    for chunk in keys.chunks(500) {
-        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut connection);
+    // One key per DEL: on a cluster, keys of different slots cannot share one.
+    for key in keys {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query(&mut connection);
     }
 }
 
@@ -150,6 +161,32 @@ pub async fn redis(history: usize) -> Harness {
         RedisBackend::connect(config)
             .await
             .expect("connect to Redis"),
+    );
+    Harness {
+        backend: backend.clone(),
+        clock,
+        waiters: Box::new(move |partition| backend.waiters(partition)),
+        cleanup,
+        nats_cleanup: None,
+    }
+}
+
+/// The Redis backend on a three-master cluster (see [`redis_cluster_url`]),
+/// with its "now" taken from a manual clock, as [`redis`].
+pub async fn redis_cluster(history: usize) -> Harness {
+    let url = tokio::task::spawn_blocking(redis_cluster_url)
+        .await
+        .expect("the cluster starts");
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = RedisConfig {
+        cluster: true,
+        ..redis_config(&url, history, Some(clock.clone()))
+    };
+    let cleanup = Some((url.clone(), config.prefix.clone()));
+    let backend = Arc::new(
+        RedisBackend::connect(config)
+            .await
+            .expect("connect to the Redis Cluster"),
     );
     Harness {
         backend: backend.clone(),
@@ -234,6 +271,16 @@ macro_rules! per_backend {
                 async fn $name() {
                     let harness = $crate::common::redis(super::HISTORY).await;
                     $crate::common::bounded(super::$name(harness)).await
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let harness = $crate::common::redis_cluster(super::HISTORY).await;
+                    let limit = std::time::Duration::from_secs(30);
+                    $crate::common::bounded_for(limit, super::$name(harness)).await
                 }
             )*
         }

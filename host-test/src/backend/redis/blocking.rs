@@ -1,6 +1,6 @@
 //! `wait-then-put` on a connection of its own: `XREAD BLOCK` on the feed,
 //! the put's `EVALSHA` behind it in the same write, and the pool of those
-//! connections.
+//! connections (on a cluster, to the node that serves the partition).
 
 use super::*;
 
@@ -8,8 +8,10 @@ impl RedisBackend {
     /// `wait-then-put` on a connection of its own: `XREAD BLOCK` on the
     /// feed, the put's `EVALSHA` behind it in the same write. `None` when
     /// this call should wait and put apart instead: every blocking
-    /// connection is in use, none could be opened, or Redis refused the
-    /// `XREAD` (and the put it then ran at once did not apply).
+    /// connection is in use, none could be opened, Redis refused the
+    /// `XREAD` (and the put it then ran at once did not apply), or, on a
+    /// cluster, the partition's node is not known or no longer serves it
+    /// (the shared cluster connection then follows the redirection).
     ///
     /// The host ends the block itself at the timeout, with `CLIENT UNBLOCK`
     /// from the main connection: Redis times blocked commands out only at
@@ -27,9 +29,10 @@ impl RedisBackend {
         timeout_ms: u64,
     ) -> Option<Result<WriteReply, StoreError>> {
         let slot = BlockingSlot::take(self)?;
+        let node = self.node_of(partition).await?;
         // A connection that cannot be opened (a client limit, say) leaves the
         // shared connections, which may still serve.
-        let mut conn = slot.connection().await.ok()?;
+        let mut conn = slot.connection(&node).await.ok()?;
         let inputs = Inputs {
             key,
             value: Some(value),
@@ -71,11 +74,16 @@ impl RedisBackend {
             .arg("STREAMS")
             .arg(stream)
             .arg(format!("{after}-0"))
-            .add_command(put.clone())
-            .ignore_errors();
+            .add_command(put.clone());
+        let durable = self.config.replica_acks > 0;
+        if durable {
+            pipe.add_command(self.wait_command());
+        }
+        pipe.ignore_errors();
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let limit = Duration::from_millis(timeout_ms.saturating_add(backstop))
             .saturating_add(self.config.response_timeout);
+        let (blocked_at, blocked_id) = (conn.node.clone(), conn.id);
         let exchange = async {
             let replies = pipe.query_async::<Vec<Value>>(&mut conn.conn);
             tokio::pin!(replies);
@@ -87,7 +95,7 @@ impl RedisBackend {
                 // Nothing blocked yet means the XREAD has not reached Redis
                 // (a timeout of a millisecond, a busy host) or was answered
                 // just now: ask again until it is ended or its reply is here.
-                while let Some(false) = self.unblock(conn.id).await {
+                while let Some(false) = self.unblock(&blocked_at, blocked_id).await {
                     tokio::select! {
                         replies = &mut replies => return replies,
                         _ = tokio::time::sleep(Duration::from_millis(1)) => {}
@@ -115,20 +123,41 @@ impl RedisBackend {
         let (Some(read), Some(reply)) = (replies.next(), replies.next()) else {
             return Some(Err(malformed("a wait-then-put without both replies")));
         };
+        let acks = replies.next();
         slot.keep(conn);
+        let moved = |value: &Value| match value {
+            Value::ServerError(e) => is_redirection(&RedisError::from(e.clone())),
+            _ => false,
+        };
+        if moved(&read) || moved(&reply) {
+            // The partition's slot moved (a failover, a resharding): forget
+            // where slots live and let the cluster connection find it.
+            if let Ok(mut slots) = self.slots.lock() {
+                *slots = None;
+            }
+            if moved(&reply) {
+                // The put was not run: wait and put apart.
+                return None;
+            }
+        }
         let reply = match reply.extract_error() {
+            Ok(reply) if durable => match acks.as_ref().map(|acks| self.check_acks(acks)) {
+                Some(Ok(())) => write_reply(reply, key, sent),
+                Some(Err(e)) => Err(e),
+                None => Err(malformed("a wait-then-put without its WAIT")),
+            },
             Ok(reply) => write_reply(reply, key, sent),
             // A restarted or flushed server forgot the script: the wait is
             // over, so load it and put again, once.
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                match self.run_script_value(&put, &self.store_scripts()).await {
+                match self.run_write(&put, &self.store_scripts()).await {
                     Ok(reply) => write_reply(reply, key, sent),
                     Err(e) => Err(e),
                 }
             }
             Err(e) => Err(unavailable(e)),
         };
-        if let Value::ServerError(_) = read {
+        if matches!(read, Value::ServerError(_)) && !moved(&read) {
             // Redis refused the XREAD, so the put ran without a wait. Keep
             // what it wrote; otherwise wait and put apart, now and from now
             // on (a refusal is a setting, not a moment).
@@ -151,23 +180,20 @@ impl RedisBackend {
     /// when Redis could not be asked or refused. If it refused (`CLIENT
     /// UNBLOCK` is an admin command an ACL may deny), later blocks end at
     /// Redis's own timeout.
-    pub(super) async fn unblock(&self, id: i64) -> Option<bool> {
-        let mut conn = self.conn.clone();
+    pub(super) async fn unblock(&self, node: &Node, id: i64) -> Option<bool> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let unblocked = ::redis::cmd("CLIENT")
-            .arg("UNBLOCK")
-            .arg(id)
-            .arg("TIMEOUT")
-            .query_async::<i64>(&mut conn)
-            .await;
+        let mut unblock = ::redis::cmd("CLIENT");
+        unblock.arg("UNBLOCK").arg(id).arg("TIMEOUT");
+        let unblocked = self.conn.to_node(node, &unblock).await;
         match unblocked {
-            Ok(1) => {
+            Ok(Value::Int(1)) => {
                 self.unblocked.fetch_add(1, Ordering::Relaxed);
                 Some(true)
             }
-            Ok(_) => Some(false),
+            Ok(Value::Int(_)) => Some(false),
+            Ok(_) => None,
             Err(e) => {
-                if e.kind() != ErrorKind::Io {
+                if e.kind() != ErrorKind::Io && !is_redirection(&e) {
                     self.unblock_refused.store(true, Ordering::Relaxed);
                 }
                 None
@@ -176,9 +202,39 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// Where `partition` is served: the server, or on a cluster the master
+    /// of its slot as `CLUSTER SLOTS` said (asked once, and again after a
+    /// redirection). `None` when the cluster cannot say now.
+    async fn node_of(&self, partition: &str) -> Option<Node> {
+        if let Link::Single(_) = self.conn {
+            return Some(Node::Server);
+        }
+        let known = self.slots.lock().ok()?.clone();
+        let table = match known {
+            Some(table) => table,
+            None => {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let mut conn = self.conn.clone();
+                let reply = ::redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async::<Value>(&mut conn)
+                    .await
+                    .ok()?;
+                let table = Arc::new(SlotTable::parse(&reply)?);
+                *self.slots.lock().ok()? = Some(table.clone());
+                table
+            }
+        };
+        table.node(slot_of(&self.key(partition, "s")))
+    }
+}
+
 /// A connection `wait-then-put` blocks on, and whether it is known closed.
 pub(super) struct BlockingConnection {
     pub(super) conn: MultiplexedConnection,
+    /// The node it is connected to.
+    pub(super) node: Node,
     /// Its `CLIENT ID`, for `CLIENT UNBLOCK`.
     pub(super) id: i64,
     /// Set when the connection reports its disconnection.
@@ -208,12 +264,11 @@ impl<'a> BlockingSlot<'a> {
     /// ones the server closed meanwhile (a restart, an idle timeout, a
     /// `CLIENT KILL`) are dropped here, before anything is sent on them.
     /// Replies have no timeout of their own: the call bounds the exchange.
-    pub(super) async fn connection(&self) -> Result<BlockingConnection, StoreError> {
+    pub(super) async fn connection(&self, node: &Node) -> Result<BlockingConnection, StoreError> {
         if let Ok(mut idle) = self.backend.idle_blocking.lock() {
-            while let Some(conn) = idle.pop() {
-                if !conn.closed.load(Ordering::Acquire) {
-                    return Ok(conn);
-                }
+            idle.retain(|conn| !conn.closed.load(Ordering::Acquire));
+            if let Some(at) = idle.iter().rposition(|conn| conn.node == *node) {
+                return Ok(idle.swap_remove(at));
             }
         }
         let closed = Arc::new(AtomicBool::new(false));
@@ -227,9 +282,9 @@ impl<'a> BlockingSlot<'a> {
                 }
                 Ok::<(), std::convert::Infallible>(())
             });
-        let mut conn = self
-            .backend
-            .blocking_client
+        let client =
+            Client::open(info_for(&self.backend.blocking_info, node)).map_err(unavailable)?;
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(unavailable)?;
@@ -243,7 +298,12 @@ impl<'a> BlockingSlot<'a> {
         .map_err(|_| StoreError::Unavailable("redis: no reply to CLIENT ID".into()))?
         .map_err(unavailable)?;
         self.backend.blocking_opened.fetch_add(1, Ordering::Relaxed);
-        Ok(BlockingConnection { conn, id, closed })
+        Ok(BlockingConnection {
+            conn,
+            node: node.clone(),
+            id,
+            closed,
+        })
     }
 
     /// Keep `conn` for the next call: only a connection whose exchange ended

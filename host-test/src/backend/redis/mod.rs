@@ -1,11 +1,22 @@
 //! The Redis backend: the store contract on Redis (or Valkey), one round trip
-//! per call, ready for Redis Cluster.
+//! per call, on one server or a Redis Cluster.
 //!
 //! This file holds the configuration, the connections and the scripts'
 //! plumbing; `store.rs` is the `Backend` implementation, a list of store
 //! operations; `codec.rs` reads the scripts' packed replies and writes
 //! their arguments; `waiting.rs` is the pub/sub waiter registry;
-//! `blocking.rs` the connections a lock waiter's `wait-then-put` blocks on.
+//! `blocking.rs` the connections a lock waiter's `wait-then-put` blocks on;
+//! `link.rs` the connection calls travel on (one server's, or a cluster's
+//! that routes each call to its partition's node).
+//!
+//! On a cluster (`RedisConfig::cluster`) nothing in the scripts changes but
+//! the channel command: a partition's keys share one hash tag, so each call
+//! runs on the one master that serves the partition's slot; scripts
+//! `SPUBLISH` (sharded pub/sub, sent only by that node) and waiters
+//! `SSUBSCRIBE`; a blocking `wait-then-put` opens its connection to that
+//! node. With [`RedisConfig::replica_acks`] every write is followed on the
+//! same connection by `WAIT`, so it answers only once that many replicas
+//! hold it, and `unavailable` otherwise.
 //!
 //! Every operation is one `EVALSHA` of `redis.lua` (loaded once behind a line
 //! that sets this backend's history and retention, reloaded on `NOSCRIPT`),
@@ -53,8 +64,8 @@ use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use ::redis::{
-    AsyncConnectionConfig, Client, Cmd, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo,
-    PushKind, RedisError, ServerErrorKind, Value,
+    AsyncConnectionConfig, Client, Cmd, ConnectionInfo, ErrorKind, IntoConnectionInfo,
+    ProtocolVersion, PushInfo, PushKind, RedisError, ServerErrorKind, Value,
 };
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -65,6 +76,7 @@ use coord_component::keys::is_unwatched;
 
 mod blocking;
 mod codec;
+mod link;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -72,6 +84,8 @@ mod waiting;
 
 use blocking::*;
 use codec::*;
+pub use link::slot_of;
+use link::*;
 use waiting::*;
 
 /// The Lua script that implements every partition operation but `meter`,
@@ -94,8 +108,21 @@ pub const BLOCKING_CONNECTIONS: usize = 64;
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
     /// `redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS
-    /// (append `#insecure` to skip certificate verification).
+    /// (append `#insecure` to skip certificate verification). With
+    /// [`RedisConfig::cluster`], one or more such URLs of the cluster's
+    /// nodes, separated by commas (the others are found from them).
     pub url: String,
+    /// Whether `url` names the nodes of a Redis Cluster rather than one server.
+    pub cluster: bool,
+    /// How many replicas must hold a write before it answers (`WAIT`
+    /// right behind each write, on its connection): 0 (the default) answers
+    /// once the master has it, as Redis does; a write the replicas do not
+    /// acknowledge within [`RedisConfig::replica_ack_timeout`] answers
+    /// `unavailable`. With it, an acquisition a caller saw survives the
+    /// master's failover.
+    pub replica_acks: u32,
+    /// How long a write waits for [`RedisConfig::replica_acks`] replicas.
+    pub replica_ack_timeout: Duration,
     /// The first part of every key, so several deployments can share a database.
     pub prefix: String,
     /// How many changes each partition's feed keeps.
@@ -120,13 +147,17 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// The defaults for `url`: prefix `coord`, 1024 changes of history,
-    /// ten minutes of retention, a two-second response timeout, a re-check
-    /// every half second, 64 blocking connections at most, and Redis's own
-    /// clock.
+    /// The defaults for `url`, one server: prefix `coord`, 1024 changes of
+    /// history, ten minutes of retention, a two-second response timeout, a
+    /// re-check every half second, 64 blocking connections at most, no
+    /// replica acknowledgement (half a second when asked for), and Redis's
+    /// own clock.
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
+            cluster: false,
+            replica_acks: 0,
+            replica_ack_timeout: Duration::from_millis(500),
             prefix: "coord".into(),
             history: coord_component::memory::DEFAULT_HISTORY,
             retention_ms: DEFAULT_RETENTION_MS,
@@ -138,9 +169,9 @@ impl RedisConfig {
     }
 }
 
-/// The store on a Redis server.
+/// The store on a Redis server or cluster.
 pub struct RedisBackend {
-    conn: ConnectionManager,
+    conn: Link,
     /// The store script as this backend loads it, and its SHA-1.
     script: String,
     sha: String,
@@ -152,9 +183,13 @@ pub struct RedisBackend {
     round_trips: AtomicU64,
     waiters: Waiters,
     subscriptions: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
-    /// Opens the connections `wait-then-put` blocks on (RESP3, which lets
-    /// a connection report that it was closed).
-    blocking_client: Client,
+    /// The settings of the connections `wait-then-put` blocks on (RESP3,
+    /// which lets a connection report that it was closed); on a cluster,
+    /// with each node's address put in.
+    blocking_info: ConnectionInfo,
+    /// On a cluster, the slots' masters, read when a blocking call first
+    /// needs them and again after a redirection.
+    slots: Mutex<Option<Arc<SlotTable>>>,
     /// Blocking connections whose call finished cleanly, ready for the next.
     idle_blocking: Mutex<Vec<BlockingConnection>>,
     /// `wait-then-put` calls blocking right now.
@@ -188,11 +223,26 @@ impl RedisBackend {
     /// cannot be reached now; once connected, lost connections are re-made
     /// in the background and calls fail as unavailable meanwhile.
     pub async fn connect(config: RedisConfig) -> Result<Self, StoreError> {
-        let info = config
-            .url
-            .as_str()
-            .into_connection_info()
+        let urls: Vec<&str> = if config.cluster {
+            config
+                .url
+                .split(',')
+                .map(str::trim)
+                .filter(|url| !url.is_empty())
+                .collect()
+        } else {
+            vec![config.url.as_str()]
+        };
+        let seeds = urls
+            .iter()
+            .map(|url| url.into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
             .map_err(unavailable)?;
+        let Some(info) = seeds.first().cloned() else {
+            return Err(StoreError::Invalid(
+                "url: a cluster needs the URL of at least one of its nodes".into(),
+            ));
+        };
         let push_settings = info
             .redis_settings()
             .clone()
@@ -205,29 +255,39 @@ impl RedisBackend {
                 .set_number_of_retries(2)
                 .set_max_delay(Duration::from_millis(500))
         };
-        let conn = ConnectionManager::new_with_config(
-            Client::open(info).map_err(unavailable)?,
-            manager_config(),
-        )
-        .await
-        .map_err(unavailable)?;
-
         let waiters: Waiters = Arc::default();
         // Notifications are dispatched right where the connection reads them,
         // not handed to a task of their own: one wake-up less per handoff.
         let dispatch_to = waiters.clone();
-        let blocking_client = Client::open(push_info).map_err(unavailable)?;
-        let push = ConnectionManager::new_with_config(
-            blocking_client.clone(),
-            manager_config()
-                .set_push_sender(move |push: PushInfo| {
-                    dispatch_notification(&push, &dispatch_to);
-                    Ok::<(), std::convert::Infallible>(())
-                })
-                .set_automatic_resubscription(),
-        )
-        .await
-        .map_err(unavailable)?;
+        let dispatch = move |push: PushInfo| {
+            dispatch_notification(&push, &dispatch_to);
+            Ok::<(), std::convert::Infallible>(())
+        };
+        let (conn, push) = if config.cluster {
+            let no_push = None::<fn(PushInfo) -> Result<(), std::convert::Infallible>>;
+            let conn = cluster_connection(&seeds, &config, no_push).await;
+            let push = cluster_connection(&seeds, &config, Some(dispatch)).await;
+            (
+                Link::Cluster(conn.map_err(unavailable)?),
+                Link::Cluster(push.map_err(unavailable)?),
+            )
+        } else {
+            let conn = ConnectionManager::new_with_config(
+                Client::open(info).map_err(unavailable)?,
+                manager_config(),
+            )
+            .await
+            .map_err(unavailable)?;
+            let push = ConnectionManager::new_with_config(
+                Client::open(push_info.clone()).map_err(unavailable)?,
+                manager_config()
+                    .set_push_sender(dispatch)
+                    .set_automatic_resubscription(),
+            )
+            .await
+            .map_err(unavailable)?;
+            (Link::Single(conn), Link::Single(push))
+        };
         let (sub_tx, sub_rx) = mpsc::unbounded_channel();
         tokio::spawn(manage_subscriptions(sub_rx, push, waiters.clone()));
 
@@ -248,7 +308,8 @@ impl RedisBackend {
             round_trips: AtomicU64::new(0),
             waiters,
             subscriptions: sub_tx,
-            blocking_client,
+            blocking_info: push_info,
+            slots: Mutex::new(None),
             idle_blocking: Mutex::new(Vec::new()),
             blocking: AtomicUsize::new(0),
             blocking_opened: AtomicU64::new(0),
@@ -392,16 +453,8 @@ impl RedisBackend {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let reply = match cmd.query_async::<Value>(&mut conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let loads = scripts.len() as u64;
-                self.round_trips.fetch_add(loads + 1, Ordering::Relaxed);
-                for script in scripts {
-                    ::redis::cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(*script)
-                        .query_async::<String>(&mut conn)
-                        .await
-                        .map_err(unavailable)?;
-                }
+                self.load_scripts(&mut conn, scripts).await?;
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
                 cmd.query_async::<Value>(&mut conn).await
             }
             other => other,
@@ -418,31 +471,126 @@ impl RedisBackend {
     ) -> Result<WriteReply, StoreError> {
         let cmd = self.script(partition, op, &inputs);
         write_reply(
-            self.run_script_value(&cmd, &self.store_scripts()).await?,
+            self.run_write(&cmd, &self.store_scripts()).await?,
             inputs.key,
             inputs.sent(),
         )
     }
+
+    /// [`RedisBackend::run_script_value`] for a call that writes: with
+    /// [`RedisConfig::replica_acks`], `WAIT` goes right behind it on the
+    /// same connection (still one round trip), and the call answers
+    /// `unavailable` unless enough replicas acknowledged it in time. The
+    /// write then stays on the master, where the caller's clean-up (a lock's
+    /// take-back) finds it.
+    async fn run_write(&self, cmd: &Cmd, scripts: &[&str]) -> Result<Value, StoreError> {
+        let wanted = self.config.replica_acks;
+        if wanted == 0 {
+            return self.run_script_value(cmd, scripts).await;
+        }
+        let mut pipe = ::redis::pipe();
+        pipe.add_command(cmd.clone())
+            .add_command(self.wait_command())
+            .ignore_errors();
+        let mut conn = self.conn.clone();
+        let mut replies = Vec::new();
+        for attempt in 0..2 {
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            replies = pipe
+                .query_async::<Vec<Value>>(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            let no_script = matches!(replies.first(),
+                Some(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript));
+            if !no_script || attempt == 1 {
+                break;
+            }
+            self.load_scripts(&mut conn, scripts).await?;
+        }
+        let mut replies = replies.into_iter();
+        let (Some(reply), Some(acks)) = (replies.next(), replies.next()) else {
+            return Err(malformed("a write without its WAIT"));
+        };
+        let reply = reply.extract_error().map_err(unavailable)?;
+        self.check_acks(&acks)?;
+        Ok(reply)
+    }
+
+    /// `WAIT` for [`RedisConfig::replica_acks`] replicas, for at most
+    /// [`RedisConfig::replica_ack_timeout`].
+    fn wait_command(&self) -> Cmd {
+        let mut wait = ::redis::cmd("WAIT");
+        wait.arg(self.config.replica_acks)
+            .arg(self.config.replica_ack_timeout.as_millis().max(1) as u64);
+        wait
+    }
+
+    /// `unavailable` unless `acks` (a `WAIT` reply) counts enough replicas.
+    fn check_acks(&self, acks: &Value) -> Result<(), StoreError> {
+        let wanted = self.config.replica_acks;
+        match acks {
+            Value::Int(n) if *n >= i64::from(wanted) => Ok(()),
+            Value::Int(n) => Err(StoreError::Unavailable(format!(
+                "redis: the write reached {n} of the {wanted} replicas asked for within {} ms \
+                 (it may still be on the master alone; a failover would lose it)",
+                self.config.replica_ack_timeout.as_millis()
+            ))),
+            Value::ServerError(e) => Err(StoreError::Unavailable(format!(
+                "redis: WAIT for {wanted} replicas refused: {e:?}"
+            ))),
+            other => Err(malformed(&format!("expected WAIT's count, got {other:?}"))),
+        }
+    }
+
+    /// `SCRIPT LOAD` each of `scripts` (on a cluster, on every master).
+    async fn load_scripts(&self, conn: &mut Link, scripts: &[&str]) -> Result<(), StoreError> {
+        self.round_trips
+            .fetch_add(scripts.len() as u64, Ordering::Relaxed);
+        for script in scripts {
+            ::redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(*script)
+                .query_async::<Value>(conn)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
 }
 
 /// The store script as a backend with `config` loads it: one line that
-/// gives the script `HISTORY` (as the text `XADD` takes) and `RETENTION`,
-/// then [`SCRIPT`]. Constants in the script's text cost Redis nothing per
-/// call; as arguments they cost a string each, and a `tonumber`.
+/// gives the script `HISTORY` (as the text `XADD` takes), `RETENTION` and
+/// `PUBLISH`, then [`SCRIPT`]. Constants in the script's text cost Redis
+/// nothing per call; as arguments they cost a string each, and a `tonumber`.
 fn store_script(config: &RedisConfig) -> String {
     format!(
-        "local HISTORY, RETENTION = '{}', {}\n{SCRIPT}",
-        config.history, config.retention_ms
+        "local HISTORY, RETENTION, PUBLISH = '{}', {}, '{}'\n{SCRIPT}",
+        config.history,
+        config.retention_ms,
+        publish_command(config)
     )
 }
 
 /// The unwatched partitions' script as a backend with `config` loads it:
-/// one line that gives it `RETENTION`, then [`UNWATCHED_SCRIPT`].
+/// one line that gives it `RETENTION` and `PUBLISH`, then [`UNWATCHED_SCRIPT`].
 fn unwatched_script(config: &RedisConfig) -> String {
     format!(
-        "local RETENTION = {}\n{UNWATCHED_SCRIPT}",
-        config.retention_ms
+        "local RETENTION, PUBLISH = {}, '{}'\n{UNWATCHED_SCRIPT}",
+        config.retention_ms,
+        publish_command(config)
     )
+}
+
+/// How the scripts announce a change: `SPUBLISH` on a cluster, where a
+/// partition's channel shares its keys' slot and the message goes only to
+/// the subscribers of that node, not over the cluster bus to every node;
+/// `PUBLISH` on one server (which keeps Redis 6 served).
+fn publish_command(config: &RedisConfig) -> &'static str {
+    if config.cluster {
+        "SPUBLISH"
+    } else {
+        "PUBLISH"
+    }
 }
 
 /// SHA-1 of the script, as `EVALSHA` names it.

@@ -176,7 +176,11 @@ impl Backend for RedisBackend {
             .arg(1)
             .arg(format!("{}{key}", self.key(partition, "r:")))
             .arg(packed);
-        match self.run_script_value(&cmd, &[METER_SCRIPT]).await? {
+        let reply = match request.mode {
+            MeterMode::Peek => self.run_script_value(&cmd, &[METER_SCRIPT]).await?,
+            MeterMode::Consume | MeterMode::Reset => self.run_write(&cmd, &[METER_SCRIPT]).await?,
+        };
+        match reply {
             Value::BulkString(packed) => meter_reply(&packed),
             other => Err(malformed(&format!(
                 "expected a packed meter reply, got {other:?}"

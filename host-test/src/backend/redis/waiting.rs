@@ -127,7 +127,8 @@ impl Drop for WaiterGuard<'_> {
 /// Wake the local waiters of the channel a change was published on. Called
 /// by the subscriber connection for each push it reads; never blocks.
 pub(super) fn dispatch_notification(push: &PushInfo, waiters: &Waiters) {
-    if push.kind != PushKind::Message {
+    // Sharded messages (`SSUBSCRIBE`, on a cluster) or plain ones.
+    if !matches!(push.kind, PushKind::Message | PushKind::SMessage) {
         return;
     }
     let Some(Value::BulkString(channel)) = push.data.first() else {
@@ -156,7 +157,7 @@ pub(super) fn dispatch_notification(push: &PushInfo, waiters: &Waiters) {
 /// in request order, so a subscribe and an unsubscribe never cross.
 pub(super) async fn manage_subscriptions(
     mut requests: mpsc::UnboundedReceiver<(String, oneshot::Sender<()>)>,
-    mut push: ConnectionManager,
+    mut push: Link,
     waiters: Waiters,
 ) {
     let mut subscribed = HashSet::new();
