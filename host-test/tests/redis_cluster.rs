@@ -1,0 +1,489 @@
+//! The Redis backend on a real Redis Cluster (three masters, a replica
+//! each, on loopback), beyond the shared suites (`per_backend!` runs those
+//! on a cluster too): notifications and blocking waits on the partition's
+//! node, keys spread over the masters, scripts lost by every node, replica
+//! acknowledgement, a master failed over while instances contend (double
+//! grants counted without acknowledgement, none with it), and a slot moved
+//! while a lock is held and a tenant watched.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::redis_cluster::{RedisCluster, cli, parse_nodes};
+use coord_component::keys::lock_partition;
+use coord_host::backend::redis::{RedisBackend, RedisConfig, slot_of};
+use coord_host::backend::{Backend, Condition, Outcome, StoreError};
+use coord_host::lock::*;
+use coord_host::{Instance, Runtime};
+
+/// A backend on `cluster` with the store's own clock, its own prefix, and
+/// `replica_acks` replicas asked to hold each write.
+async fn backend(cluster: &RedisCluster, replica_acks: u32) -> Arc<RedisBackend> {
+    Arc::new(
+        RedisBackend::connect(config(cluster, replica_acks))
+            .await
+            .unwrap(),
+    )
+}
+
+/// The configuration [`backend`] connects with.
+fn config(cluster: &RedisCluster, replica_acks: u32) -> RedisConfig {
+    RedisConfig {
+        cluster: true,
+        replica_acks,
+        replica_ack_timeout: Duration::from_millis(300),
+        // A lost notification would be found only this late: a waiter that
+        // wakes sooner was woken by the notification.
+        recheck: Duration::from_secs(60),
+        ..common::redis_config(&cluster.url(), 64, None)
+    }
+}
+
+/// The master (its port) serving `partition` now.
+fn master_of(cluster: &RedisCluster, backend: &RedisBackend, partition: &str) -> u16 {
+    cluster
+        .master_of(slot_of(&backend.key(partition, "s")))
+        .unwrap()
+}
+
+/// Partitions of lock resources `item:<n>` served by each master: the
+/// first `per_master` found for each.
+fn lock_resources_by_master(
+    cluster: &RedisCluster,
+    backend: &RedisBackend,
+    per_master: usize,
+) -> HashMap<u16, Vec<String>> {
+    let mut by_master: HashMap<u16, Vec<String>> = HashMap::new();
+    for n in 0.. {
+        let resource = format!("item:{n}");
+        let master = master_of(cluster, backend, &lock_partition("stock", &resource));
+        let found = by_master.entry(master).or_default();
+        if found.len() < per_master {
+            found.push(resource);
+        }
+        if by_master.len() == 3 && by_master.values().all(|r| r.len() == per_master) {
+            return by_master;
+        }
+    }
+    unreachable!()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_notifications_wake_waiters_and_blocked_handoffs_run_on_each_partitions_master() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 1).unwrap())
+        .await
+        .unwrap();
+    // Two hosts on one deployment (one prefix).
+    let config = config(&cluster, 0);
+    let writer = Arc::new(RedisBackend::connect(config.clone()).await.unwrap());
+    let waiter = Arc::new(RedisBackend::connect(config).await.unwrap());
+
+    // A watched partition: `wait` is woken by the write's SPUBLISH, not by
+    // its 60-second re-check.
+    let tenant = "tenant-notified";
+    let first = writer
+        .put(tenant, "k", b"1", None, &Condition::Always)
+        .await
+        .unwrap();
+    let revision = match first.outcome {
+        Outcome::Applied(entry) => entry.revision,
+        other => panic!("{other:?}"),
+    };
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.wait(tenant, revision, 30_000).await })
+    };
+    while waiter.waiters(tenant) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let written = Instant::now();
+    writer
+        .put(tenant, "k", b"2", None, &Condition::Always)
+        .await
+        .unwrap();
+    let woke = waiting.await.unwrap().unwrap();
+    assert!(
+        woke > revision,
+        "woke at {woke}, not past {revision}, after {:?}",
+        written.elapsed()
+    );
+    assert!(
+        written.elapsed() < Duration::from_secs(5),
+        "the waiter slept {:?}: no notification reached it",
+        written.elapsed()
+    );
+
+    // A lock on each master, held, and a waiter blocked on it: the release
+    // hands it over through a connection to that master.
+    let by_master = lock_resources_by_master(&cluster, &writer, 1);
+    for (master, resources) in &by_master {
+        let partition = lock_partition("stock", &resources[0]);
+        let held = writer
+            .put(&partition, "holder", b"a", Some(30_000), &Condition::Absent)
+            .await
+            .unwrap();
+        let Outcome::Applied(holding) = held.outcome else {
+            panic!("not acquired on {master}");
+        };
+        let handoff = {
+            let (waiter, partition) = (waiter.clone(), partition.clone());
+            tokio::spawn(async move {
+                waiter
+                    .wait_then_put(
+                        &partition,
+                        "holder",
+                        b"b",
+                        Some(30_000),
+                        &Condition::Absent,
+                        holding.revision,
+                        20_000,
+                    )
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        writer
+            .delete(&partition, "holder", &Condition::Always)
+            .await
+            .unwrap();
+        let reply = handoff.await.unwrap().unwrap();
+        assert!(
+            matches!(reply.outcome, Outcome::Applied(ref e) if e.value == b"b"),
+            "the waiter on master {master} did not take the lock: {reply:?}"
+        );
+        assert!(released.elapsed() < Duration::from_secs(5));
+    }
+    assert_eq!(
+        waiter.blocking_connections_opened(),
+        3,
+        "one blocking connection per master"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_spread_over_the_masters_and_scripts_lost_everywhere_are_loaded_again() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 1).unwrap())
+        .await
+        .unwrap();
+    let backend = backend(&cluster, 0).await;
+    for n in 0..300 {
+        backend
+            .put(&format!("tenant-{n}"), "k", b"v", None, &Condition::Always)
+            .await
+            .unwrap();
+    }
+    let text = cli(cluster.nodes[0].port, &["CLUSTER", "NODES"]).unwrap();
+    let masters: Vec<u16> = parse_nodes(&text)
+        .into_iter()
+        .filter(|n| n.master)
+        .map(|n| n.port)
+        .collect();
+    assert_eq!(masters.len(), 3);
+    let mut counts = Vec::new();
+    for port in &masters {
+        let keys = cli(*port, &["DBSIZE"])
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap();
+        counts.push(keys);
+    }
+    println!("keys per master for 300 partitions: {counts:?}");
+    for keys in &counts {
+        // 300 partitions of 3 keys each (entries, expiry index, feed):
+        // a fair spread gives 300 a master; none may be empty or hold all.
+        assert!(
+            (150..=450).contains(keys),
+            "the partitions did not spread: {counts:?}"
+        );
+    }
+
+    // Every node forgets every script (a restart, a failover to a replica
+    // that never loaded them): calls load them again and go on.
+    for node in &cluster.nodes {
+        let _ = cli(node.port, &["SCRIPT", "FLUSH"]);
+    }
+    for n in 0..30 {
+        let reply = backend
+            .put(&format!("tenant-{n}"), "k", b"w", None, &Condition::Always)
+            .await
+            .unwrap();
+        assert!(matches!(reply.outcome, Outcome::Applied(_)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_acks_a_write_its_replica_cannot_hold_answers_unavailable() {
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 1).unwrap())
+        .await
+        .unwrap();
+    let durable = config(&cluster, 1);
+    let plain = Arc::new(
+        RedisBackend::connect(RedisConfig {
+            replica_acks: 0,
+            ..durable.clone()
+        })
+        .await
+        .unwrap(),
+    );
+    let durable = Arc::new(RedisBackend::connect(durable).await.unwrap());
+    let partition = "~durable";
+    let master = master_of(&cluster, &durable, partition);
+    let replica = cluster.replica_of(master).unwrap();
+
+    let reply = durable
+        .put(partition, "k", b"1", Some(60_000), &Condition::Always)
+        .await
+        .unwrap();
+    assert!(matches!(reply.outcome, Outcome::Applied(_)));
+
+    cluster.signal(replica, "STOP");
+    let asked = Instant::now();
+    let refused = durable
+        .put(partition, "k", b"2", Some(60_000), &Condition::Always)
+        .await;
+    let took = asked.elapsed();
+    let plain_reply = plain
+        .put(partition, "other", b"x", Some(60_000), &Condition::Always)
+        .await;
+    cluster.signal(replica, "CONT");
+    match refused {
+        Err(StoreError::Unavailable(why)) => assert!(
+            why.contains("0 of the 1 replicas"),
+            "the error names the acknowledgement: {why}"
+        ),
+        other => panic!("a write no replica holds answered {other:?}"),
+    }
+    assert!(took < Duration::from_secs(2), "it waited {took:?}");
+    assert!(
+        matches!(plain_reply, Ok(ref r) if matches!(r.outcome, Outcome::Applied(_))),
+        "without acknowledgement the master alone answers: {plain_reply:?}"
+    );
+    // The replica back, writes are acknowledged again.
+    let started = Instant::now();
+    loop {
+        match durable
+            .put(partition, "k", b"3", Some(60_000), &Condition::Always)
+            .await
+        {
+            Ok(reply) => {
+                assert!(matches!(reply.outcome, Outcome::Applied(_)));
+                break;
+            }
+            Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("acknowledged writes never came back: {e:?}"),
+        }
+    }
+}
+
+/// One acknowledged acquisition: who, with which fence, from when until
+/// its holder let go (or its TTL ran out, as the holder counts it).
+#[derive(Clone, Debug)]
+struct Hold {
+    resource: String,
+    fence: u64,
+    from: Instant,
+    until: Instant,
+}
+
+/// What one failover round saw.
+struct Round {
+    /// Pairs of acknowledged holds of one lock that overlapped.
+    double_grants: usize,
+    /// Acquisitions acknowledged in the round.
+    acquisitions: usize,
+    /// From the kill to the last call answered `unavailable`.
+    unavailable_for: Duration,
+    /// Calls answered `unavailable`.
+    unavailable_calls: u64,
+    /// From the kill to the first success of an acquire sent after it.
+    resumed_after: Duration,
+    /// Whether every lock's fences rose in the order of acquisition.
+    fences_monotonic: bool,
+}
+
+/// Pause the replica of the master serving four locks, let eight instances
+/// contend for those locks (each holding its lock for 5 s), kill the master
+/// and wake the replica, which is promoted without what it missed; once it
+/// is, the killed node is restarted and rejoins as its replica. Count
+/// overlapping holds and time the outage.
+async fn failover_round(cluster: &mut RedisCluster, replica_acks: u32) -> Round {
+    let backend = backend(cluster, replica_acks).await;
+    let by_master = lock_resources_by_master(cluster, &backend, 4);
+    // Any master will do; the four locks it serves are contended.
+    let (&master, resources) = by_master.iter().next().unwrap();
+    let resources = resources.clone();
+    let slot = slot_of(&backend.key(&lock_partition("stock", &resources[0]), "s"));
+    let replica = cluster.replica_of(master).unwrap();
+    let runtime = Arc::new(Runtime::new(backend.clone()).unwrap());
+
+    // The replica stops, and its replication link is cut from the master's
+    // side: what the master applies from now on reaches no replica (what it
+    // had sent before waits in the paused replica's socket, and is applied
+    // when it wakes).
+    cluster.signal(replica, "STOP");
+    cli(master, &["CLIENT", "KILL", "TYPE", "replica"]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let holds: Arc<Mutex<Vec<Hold>>> = Arc::default();
+    let resumed: Arc<Mutex<Option<Duration>>> = Arc::default();
+    let last_unavailable: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let unavailable_calls = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..8usize {
+        let resource = resources[t % resources.len()].clone();
+        let (runtime, stop, killed_at, holds, resumed, last_unavailable, unavailable_calls) = (
+            runtime.clone(),
+            stop.clone(),
+            killed_at.clone(),
+            holds.clone(),
+            resumed.clone(),
+            last_unavailable.clone(),
+            unavailable_calls.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut instance: Instance = runtime.instantiate().await.unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                let sent = Instant::now();
+                let options = AcquireOptions {
+                    ttl_ms: Some(20_000),
+                    wait: Some(WaitPolicy::Timeout(500)),
+                };
+                let lock = match instance.acquire("stock", &resource, options).await.unwrap() {
+                    Ok(AcquireOutcome::Acquired(lock)) => lock,
+                    Ok(AcquireOutcome::Busy(_)) => continue,
+                    Err(_) => {
+                        unavailable_calls.fetch_add(1, Ordering::SeqCst);
+                        *last_unavailable.lock().unwrap() = Some(Instant::now());
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let from = Instant::now();
+                if let Some(at) = *killed_at.lock().unwrap()
+                    && sent > at
+                {
+                    resumed.lock().unwrap().get_or_insert(at.elapsed());
+                }
+                // The work under the lock: longer than the failover takes.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                holds.lock().unwrap().push(Hold {
+                    resource: resource.clone(),
+                    fence: lock.fence,
+                    from,
+                    until: Instant::now(),
+                });
+                let _ = instance.release(&lock).await;
+            }
+        }));
+    }
+    // Acquisitions reach the master alone; then it dies.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.kill(master);
+    cluster.signal(replica, "CONT");
+    let kill = Instant::now();
+    *killed_at.lock().unwrap() = Some(kill);
+    // Once the replica is promoted, the killed node starts again (empty)
+    // and rejoins as its replica: with one replica per master, writes that
+    // ask for a replica's acknowledgement need it back to resume.
+    let deadline = kill + Duration::from_secs(40);
+    let mut restarted = false;
+    while resumed.lock().unwrap().is_none() && Instant::now() < deadline {
+        if !restarted && cluster.master_of(slot) == Some(replica) {
+            cluster.restart(master).unwrap();
+            restarted = true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(restarted, "the replica was never promoted");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let resumed_after = resumed
+        .lock()
+        .unwrap()
+        .expect("no lock was taken after the master was killed");
+    let unavailable_for = last_unavailable
+        .lock()
+        .unwrap()
+        .map_or(Duration::ZERO, |at| at.saturating_duration_since(kill));
+
+    let mut holds = holds.lock().unwrap().clone();
+    holds.sort_by_key(|h| h.from);
+    let mut double_grants = 0;
+    let mut fences_monotonic = true;
+    for resource in &resources {
+        let of: Vec<&Hold> = holds.iter().filter(|h| &h.resource == resource).collect();
+        for (i, a) in of.iter().enumerate() {
+            for b in &of[i + 1..] {
+                if b.from < a.until {
+                    double_grants += 1;
+                }
+            }
+        }
+        fences_monotonic &= of.windows(2).all(|w| w[0].fence < w[1].fence);
+    }
+    // The killed master is back as the new master's replica, in sync.
+    let cluster_ref: &RedisCluster = cluster;
+    let healthy =
+        tokio::task::block_in_place(|| cluster_ref.until_healthy(3, Duration::from_secs(60)));
+    healthy.unwrap();
+    Round {
+        double_grants,
+        acquisitions: holds.len(),
+        unavailable_for,
+        unavailable_calls: unavailable_calls.load(Ordering::SeqCst),
+        resumed_after,
+        fences_monotonic,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_failed_over_mid_contention_double_grants_only_without_replica_acks() {
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 1).unwrap())
+        .await
+        .unwrap();
+    let mut report = Vec::new();
+    for (replica_acks, rounds) in [(0, 2), (1, 3)] {
+        for round in 1..=rounds {
+            let seen = failover_round(&mut cluster, replica_acks).await;
+            println!(
+                "replica acks {replica_acks}, failover {round}: {} acquisitions, {} double \
+                 grants, {} calls unavailable until {} ms after the kill, an acquire sent \
+                 after the kill succeeded {} ms after it, fences monotonic: {}",
+                seen.acquisitions,
+                seen.double_grants,
+                seen.unavailable_calls,
+                seen.unavailable_for.as_millis(),
+                seen.resumed_after.as_millis(),
+                seen.fences_monotonic
+            );
+            assert!(
+                seen.fences_monotonic,
+                "a lock's fences went back across the failover"
+            );
+            report.push((replica_acks, seen.double_grants));
+        }
+    }
+    let without: usize = report.iter().filter(|r| r.0 == 0).map(|r| r.1).sum();
+    let with: usize = report.iter().filter(|r| r.0 == 1).map(|r| r.1).sum();
+    assert!(
+        without > 0,
+        "acquisitions only the killed master held were not granted again: the test shows nothing"
+    );
+    assert_eq!(
+        with, 0,
+        "with replica acknowledgement a lock was granted twice"
+    );
+}
