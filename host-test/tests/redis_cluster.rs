@@ -309,6 +309,8 @@ struct Round {
     resumed_after: Duration,
     /// Whether every lock's fences rose in the order of acquisition.
     fences_monotonic: bool,
+    /// From the kill to the replica seen as the slot's master.
+    promoted_after: Duration,
 }
 
 /// Pause the replica of the master serving four locks, let eight instances
@@ -397,8 +399,10 @@ async fn failover_round(cluster: &mut RedisCluster, replica_acks: u32) -> Round 
     // ask for a replica's acknowledgement need it back to resume.
     let deadline = kill + Duration::from_secs(40);
     let mut restarted = false;
-    while resumed.lock().unwrap().is_none() && Instant::now() < deadline {
+    let mut promoted_after = Duration::ZERO;
+    while (resumed.lock().unwrap().is_none() || !restarted) && Instant::now() < deadline {
         if !restarted && cluster.master_of(slot) == Some(replica) {
+            promoted_after = kill.elapsed();
             cluster.restart(master).unwrap();
             restarted = true;
         }
@@ -446,6 +450,7 @@ async fn failover_round(cluster: &mut RedisCluster, replica_acks: u32) -> Round 
         unavailable_calls: unavailable_calls.load(Ordering::SeqCst),
         resumed_after,
         fences_monotonic,
+        promoted_after,
     }
 }
 
@@ -460,10 +465,12 @@ async fn a_master_failed_over_mid_contention_double_grants_only_without_replica_
             let seen = failover_round(&mut cluster, replica_acks).await;
             println!(
                 "replica acks {replica_acks}, failover {round}: {} acquisitions, {} double \
-                 grants, {} calls unavailable until {} ms after the kill, an acquire sent \
-                 after the kill succeeded {} ms after it, fences monotonic: {}",
+                 grants, the replica promoted {} ms after the kill, {} calls unavailable until \
+                 {} ms after it, an acquire sent after the kill succeeded {} ms after it, \
+                 fences monotonic: {}",
                 seen.acquisitions,
                 seen.double_grants,
+                seen.promoted_after.as_millis(),
                 seen.unavailable_calls,
                 seen.unavailable_for.as_millis(),
                 seen.resumed_after.as_millis(),
@@ -486,4 +493,280 @@ async fn a_master_failed_over_mid_contention_double_grants_only_without_replica_
         with, 0,
         "with replica acknowledgement a lock was granted twice"
     );
+}
+
+/// Move `slot` from the master on `from` to the master on `to` by hand, as
+/// `redis-cli --cluster reshard` does, but one key at a time with a pause
+/// after each: calls meanwhile meet a partition split between two nodes.
+fn migrate_slot(cluster: &RedisCluster, slot: u16, from: u16, to: u16, pause: Duration) {
+    let (from_id, to_id) = (cluster.id_of(from).unwrap(), cluster.id_of(to).unwrap());
+    let slot_text = slot.to_string();
+    let ok = |port: u16, args: &[&str]| {
+        let out = cli(port, args).unwrap();
+        assert!(
+            out.trim() == "OK" || out.trim() == "NOKEY",
+            "{args:?} on {port}: {out}"
+        );
+    };
+    ok(
+        to,
+        &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from_id],
+    );
+    ok(
+        from,
+        &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &to_id],
+    );
+    loop {
+        let keys = cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot_text, "10"]).unwrap();
+        let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+        if keys.is_empty() {
+            break;
+        }
+        for key in keys {
+            // REPLACE: a partition's wake stream (`:n`, written only while
+            // somebody waits) may have been made again on the target.
+            ok(
+                from,
+                &[
+                    "MIGRATE",
+                    "127.0.0.1",
+                    &to.to_string(),
+                    key,
+                    "0",
+                    "5000",
+                    "REPLACE",
+                ],
+            );
+            std::thread::sleep(pause);
+        }
+    }
+    // The new owner first, then the old, then the rest (Redis's own order).
+    let mut order = vec![to, from];
+    order.extend(
+        cluster
+            .nodes
+            .iter()
+            .map(|n| n.port)
+            .filter(|p| *p != to && *p != from),
+    );
+    for port in order {
+        let _ = cli(port, &["CLUSTER", "SETSLOT", &slot_text, "NODE", &to_id]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_the_slots_of_a_held_lock_and_a_watched_tenant_loses_nothing() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 1).unwrap())
+        .await
+        .unwrap();
+    let config = RedisConfig {
+        recheck: Duration::from_millis(500),
+        ..config(&cluster, 0)
+    };
+    let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
+    let runtime = Arc::new(Runtime::new(backend.clone()).unwrap());
+    let (resource, tenant) = ("item:moving", "tenant-moving");
+    let lock_slot = slot_of(&backend.key(&lock_partition("stock", resource), "s"));
+    let tenant_slot = slot_of(&backend.key(tenant, "e"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts: Arc<Mutex<HashMap<&'static str, u64>>> = Arc::default();
+    let count = {
+        let counts = counts.clone();
+        move |what: &'static str| *counts.lock().unwrap().entry(what).or_default() += 1
+    };
+
+    // The holder: acquires, then extends every 200 ms; never told "lost".
+    let mut holder = runtime.instantiate().await.unwrap();
+    let options = AcquireOptions {
+        ttl_ms: Some(5_000),
+        wait: None,
+    };
+    let Ok(AcquireOutcome::Acquired(mut held)) =
+        holder.acquire("stock", resource, options).await.unwrap()
+    else {
+        panic!("the lock was not free");
+    };
+    let holder_stop = Arc::new(AtomicBool::new(false));
+    let holding = {
+        let (stop, count) = (holder_stop.clone(), count.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                match holder.extend(&held, Some(5_000)).await.unwrap() {
+                    Ok(ExtendOutcome::Extended(renewed)) => {
+                        count("extended");
+                        held = renewed;
+                    }
+                    Ok(ExtendOutcome::Lost) => count("holder lost its lock"),
+                    Err(_) => count("extend unavailable"),
+                }
+            }
+            holder.release(&held).await.unwrap()
+        })
+    };
+    // Two contenders: busy or unavailable, never acquired.
+    let mut contending = Vec::new();
+    for _ in 0..2 {
+        let (runtime, stop, count) = (runtime.clone(), stop.clone(), count.clone());
+        contending.push(tokio::spawn(async move {
+            let mut instance = runtime.instantiate().await.unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                let options = AcquireOptions {
+                    ttl_ms: Some(5_000),
+                    wait: Some(WaitPolicy::Timeout(300)),
+                };
+                match instance.acquire("stock", resource, options).await.unwrap() {
+                    Ok(AcquireOutcome::Acquired(_)) => count("contender acquired"),
+                    Ok(AcquireOutcome::Busy(_)) => count("busy"),
+                    Err(_) => count("acquire unavailable"),
+                }
+            }
+        }));
+    }
+    // The tenant's writer, and a watcher following its changes.
+    let acknowledged: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let slowest_put: Arc<Mutex<Duration>> = Arc::default();
+    let writing = {
+        let (backend, stop, count, acknowledged, slowest_put) = (
+            backend.clone(),
+            stop.clone(),
+            count.clone(),
+            acknowledged.clone(),
+            slowest_put.clone(),
+        );
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let key = format!("k{}", n % 7);
+                let sent = Instant::now();
+                let reply = backend
+                    .put(tenant, &key, &n.to_be_bytes(), None, &Condition::Always)
+                    .await;
+                let took = sent.elapsed();
+                {
+                    let mut slowest = slowest_put.lock().unwrap();
+                    *slowest = (*slowest).max(took);
+                }
+                match reply {
+                    Ok(reply) => match reply.outcome {
+                        Outcome::Applied(entry) => {
+                            acknowledged.lock().unwrap().push(entry.revision)
+                        }
+                        other => panic!("an unconditional put answered {other:?}"),
+                    },
+                    Err(_) => count("put unavailable"),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let watched: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let watch_stop = Arc::new(AtomicBool::new(false));
+    let watching = {
+        let (backend, stop, watched, count) = (
+            backend.clone(),
+            watch_stop.clone(),
+            watched.clone(),
+            count.clone(),
+        );
+        tokio::spawn(async move {
+            let mut after = 0;
+            loop {
+                match backend.changes(tenant, after, 100).await {
+                    Ok(page) => {
+                        for change in &page.changes {
+                            watched.lock().unwrap().push(change.revision);
+                            after = change.revision;
+                        }
+                        if page.changes.is_empty() {
+                            if stop.load(Ordering::SeqCst) {
+                                return;
+                            }
+                            let _ = backend.wait(tenant, after, 1_000).await;
+                        }
+                    }
+                    Err(StoreError::HistoryGone(_)) => panic!("the watcher lost history"),
+                    Err(_) => {
+                        count("changes unavailable");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        })
+    };
+
+    // Move both slots to another master while all of that runs.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut moves = Vec::new();
+    for slot in [lock_slot, tenant_slot] {
+        let from = cluster.master_of(slot).unwrap();
+        let to = cluster
+            .nodes
+            .iter()
+            .map(|n| n.port)
+            .find(|p| *p != from && cluster.master_of(slot) != Some(*p) && is_master(&cluster, *p))
+            .unwrap();
+        let cluster_ref = &cluster;
+        tokio::task::block_in_place(|| {
+            migrate_slot(cluster_ref, slot, from, to, Duration::from_millis(300))
+        });
+        moves.push((slot, from, to));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The contenders stop before the holder lets go.
+    stop.store(true, Ordering::SeqCst);
+    for task in contending {
+        task.await.unwrap();
+    }
+    writing.await.unwrap();
+    holder_stop.store(true, Ordering::SeqCst);
+    assert!(
+        holding.await.unwrap().unwrap(),
+        "the holder's release freed nothing"
+    );
+    watch_stop.store(true, Ordering::SeqCst);
+    watching.await.unwrap();
+
+    for (slot, _, to) in &moves {
+        assert_eq!(
+            cluster.master_of(*slot),
+            Some(*to),
+            "slot {slot} did not move"
+        );
+    }
+    let counts = counts.lock().unwrap().clone();
+    println!(
+        "moved (slot, from, to): {moves:?}, a key every 300 ms; calls: {counts:?}; {} puts \
+         acknowledged, the slowest in {} ms",
+        acknowledged.lock().unwrap().len(),
+        slowest_put.lock().unwrap().as_millis()
+    );
+    assert_eq!(counts.get("holder lost its lock"), None, "{counts:?}");
+    assert_eq!(counts.get("contender acquired"), None, "{counts:?}");
+    assert!(
+        counts.get("extended").copied().unwrap_or(0) > 5,
+        "{counts:?}"
+    );
+    let (acknowledged, watched) = (acknowledged.lock().unwrap(), watched.lock().unwrap());
+    assert!(
+        watched.windows(2).all(|w| w[0] < w[1]),
+        "the watcher saw a change twice or out of order"
+    );
+    let seen: std::collections::HashSet<_> = watched.iter().collect();
+    let missed: Vec<_> = acknowledged.iter().filter(|r| !seen.contains(r)).collect();
+    assert!(
+        missed.is_empty(),
+        "the watcher missed acknowledged changes {missed:?}"
+    );
+    assert!(acknowledged.len() > 20, "too few writes to show anything");
+}
+
+/// Whether the node on `port` is a master now.
+fn is_master(cluster: &RedisCluster, port: u16) -> bool {
+    let text = cli(cluster.nodes[0].port, &["CLUSTER", "NODES"]).unwrap();
+    parse_nodes(&text)
+        .iter()
+        .any(|n| n.port == port && n.master)
 }

@@ -41,6 +41,9 @@ impl ClusterNode {
             // A replica that lost its master for a while still takes over:
             // the failover tests pause replicas on purpose.
             .args(["--cluster-replica-validity-factor", "0"])
+            // A replica that comes back syncs at once, not after Redis's
+            // default 5 s wait for more replicas to share the transfer.
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(["--save", "", "--appendonly", "no", "--dir", "."])
             .args(["--enable-debug-command", "local"])
             .stdout(Stdio::null())
