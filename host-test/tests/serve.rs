@@ -401,6 +401,29 @@ async fn two_serve_processes_on_one_nats_share_locks_presence_and_limits() {
     two_processes_share_locks_presence_and_limits(&args).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_processes_on_one_redis_cluster_share_locks_presence_and_limits() {
+    let url = tokio::task::spawn_blocking(common::redis_cluster_url)
+        .await
+        .unwrap();
+    let prefix = format!("serve-cluster-{}", std::process::id());
+    let args = ["--redis-cluster", url.as_str(), "--prefix", prefix.as_str()];
+    two_processes_share_locks_presence_and_limits(&args).await;
+    // With one replica acknowledging each write, the same holds.
+    let acked = format!("{prefix}-acked");
+    let args = [
+        "--redis-cluster",
+        url.as_str(),
+        "--redis-replica-acks",
+        "1",
+        "--prefix",
+        acked.as_str(),
+    ];
+    two_processes_share_locks_presence_and_limits(&args).await;
+    common::delete_prefix(&url, &prefix);
+    common::delete_prefix(&url, &acked);
+}
+
 /// `coord serve ARGS` twice: a lock, presence and a limit through one are
 /// the same through the other.
 async fn two_processes_share_locks_presence_and_limits(args: &[&str]) {
@@ -617,6 +640,13 @@ fn the_demo_runs_its_five_scenes() {
 fn the_demo_runs_its_five_scenes_on_nats() {
     let url = common::nats_url();
     demo_runs_its_five_scenes(&["--nats", url.as_str()]);
+}
+
+/// [`the_demo_runs_its_five_scenes`] with its state on a Redis Cluster.
+#[test]
+fn the_demo_runs_its_five_scenes_on_a_redis_cluster() {
+    let url = common::redis_cluster_url();
+    demo_runs_its_five_scenes(&["--redis-cluster", url.as_str()]);
 }
 
 fn demo_runs_its_five_scenes(store: &[&str]) {

@@ -71,8 +71,21 @@ pub struct StoreArgs {
     /// Processes on one Redis share it. Without the flag, a non-empty
     /// $COORD_REDIS_URL means the same as --redis $COORD_REDIS_URL.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
-          conflicts_with = "nats")]
+          conflicts_with_all = ["nats", "redis_cluster"])]
     redis: Option<String>,
+    /// Keep coordination state in a Redis Cluster: the URLs of one or more
+    /// of its nodes, comma-separated (the rest are found from them). Each
+    /// call goes to the master serving its partition. Without the flag, a
+    /// non-empty $COORD_REDIS_CLUSTER means the same.
+    #[arg(long, value_name = "URLS", conflicts_with = "nats")]
+    redis_cluster: Option<String>,
+    /// On Redis (one server or a cluster): answer a write only once this
+    /// many replicas hold it (WAIT behind each write), else `unavailable`,
+    /// so an acquisition survives the master's failover. 0: the master's
+    /// word is enough, as Redis does by default.
+    #[arg(long, value_name = "N", default_value_t = 0, env = "COORD_REDIS_REPLICA_ACKS",
+          value_parser = clap::value_parser!(u32).range(0..=16))]
+    redis_replica_acks: u32,
     /// Keep coordination state in NATS JetStream (nats-server 2.11 or
     /// later): URL, else $NATS_URL, else nats://127.0.0.1:4222. Processes
     /// on one NATS share it. Without the flag, a non-empty $COORD_NATS_URL
@@ -137,10 +150,14 @@ struct ServeArgs {
 pub enum Target {
     /// One process, in memory.
     Memory,
-    /// A Redis server shared by every process pointed at it.
+    /// A Redis server, or a cluster, shared by every process pointed at it.
     Redis {
-        /// The server's URL.
+        /// The server's URL, or the cluster nodes' URLs, comma-separated.
         url: String,
+        /// Whether `url` names a cluster's nodes.
+        cluster: bool,
+        /// Replicas that must hold a write before it answers.
+        replica_acks: u32,
         /// The key prefix.
         prefix: String,
     },
@@ -156,8 +173,8 @@ pub enum Target {
 }
 
 impl StoreArgs {
-    /// Where these arguments (and COORD_REDIS_URL, COORD_NATS_URL) say the
-    /// state lives.
+    /// Where these arguments (and COORD_REDIS_URL, COORD_REDIS_CLUSTER,
+    /// COORD_NATS_URL) say the state lives.
     pub fn target(&self) -> Target {
         let env = |name| {
             std::env::var(name)
@@ -177,6 +194,19 @@ impl StoreArgs {
                 replicas: usize::from(self.nats_replicas),
             };
         }
+        if self.redis.is_none()
+            && let Some(urls) = self
+                .redis_cluster
+                .clone()
+                .or_else(|| env("COORD_REDIS_CLUSTER"))
+        {
+            return Target::Redis {
+                url: urls,
+                cluster: true,
+                replica_acks: self.redis_replica_acks,
+                prefix: self.prefix.clone(),
+            };
+        }
         let from_env = env("COORD_REDIS_URL");
         match self.redis.clone().or(from_env).as_deref() {
             None => Target::Memory,
@@ -186,6 +216,8 @@ impl StoreArgs {
                 } else {
                     url.to_string()
                 },
+                cluster: false,
+                replica_acks: self.redis_replica_acks,
                 prefix: self.prefix.clone(),
             },
         }
@@ -242,15 +274,31 @@ pub async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, Str
             Arc::new(MemoryBackend::default()),
             "the in-memory store".into(),
         )),
-        Target::Redis { url, prefix } => {
+        Target::Redis {
+            url,
+            cluster,
+            replica_acks,
+            prefix,
+        } => {
             let mut config = RedisConfig::new(url.clone());
             config.prefix = prefix.clone();
+            config.cluster = *cluster;
+            config.replica_acks = *replica_acks;
+            let what = if *cluster {
+                "the Redis Cluster"
+            } else {
+                "Redis"
+            };
             let backend = RedisBackend::connect(config)
                 .await
-                .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e:?}"))?;
+                .map_err(|e| wasmtime::format_err!("cannot use {what} at {url}: {e:?}"))?;
+            let acks = match replica_acks {
+                0 => String::new(),
+                n => format!(", writes held by {n} replicas"),
+            };
             Ok((
                 Arc::new(backend),
-                format!("Redis at {url} (prefix {prefix})"),
+                format!("{what} at {url} (prefix {prefix}{acks})"),
             ))
         }
         Target::Nats {
@@ -280,10 +328,17 @@ async fn demo(target: Target) -> wasmtime::Result<()> {
     let (backend, place) = backend(&target).await?;
     let inventory = match &target {
         Target::Memory => inventory::Inventory::local(),
-        Target::Redis { url, .. } => inventory::Inventory::redis(url)
+        Target::Redis {
+            url,
+            cluster: false,
+            ..
+        } => inventory::Inventory::redis(url)
             .await
             .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e}"))?,
-        Target::Nats { .. } => inventory::Inventory::Store(backend.clone()),
+        // A cluster or NATS: the inventory lives in coord's own store.
+        Target::Redis { cluster: true, .. } | Target::Nats { .. } => {
+            inventory::Inventory::Store(backend.clone())
+        }
     };
     demo::run(backend, inventory, &place).await
 }
