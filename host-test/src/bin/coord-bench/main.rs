@@ -12,6 +12,11 @@
 //! `coord-bench --nats URL` runs only NATS JetStream beside Redis: round
 //! trips and latency per call, and rates at 64 tasks (`nats.rs`).
 //!
+//! `coord-bench --redis-cluster URLS` runs only a Redis Cluster beside one
+//! Redis server: rates at 64 tasks, with and without replica
+//! acknowledgement, and the keys' spread over the masters (`cluster.rs`;
+//! `start-redis-cluster.sh` starts a cluster on loopback).
+//!
 //! `coord-bench --profile-redis-check N` runs only rate-limit checks on
 //! Redis, N per task in 64 tasks, each through its own component instance;
 //! `--native` straight on the backend, `--tasks T` in T tasks, and
@@ -24,6 +29,7 @@
 //! boundary and the component's own work.
 
 mod at_scale;
+mod cluster;
 mod measure;
 mod nats;
 mod ops;
@@ -66,6 +72,10 @@ struct Cli {
     /// Only NATS JetStream at URL beside Redis, in one run.
     #[arg(long, value_name = "URL")]
     nats: Option<String>,
+    /// Only the Redis Cluster whose nodes' URLs these are (comma-separated)
+    /// beside the one Redis server, in one run.
+    #[arg(long, value_name = "URLS")]
+    redis_cluster: Option<String>,
     /// A tenth of the samples.
     #[arg(long)]
     quick: bool,
@@ -177,6 +187,29 @@ async fn main() -> wasmtime::Result<()> {
                 .await;
         }
         return result;
+    }
+
+    if let Some(cluster_urls) = &cli.redis_cluster {
+        let prefix = format!("coordbench-{}", std::process::id());
+        let connect = |url: &str, cluster: bool, replica_acks: u32| {
+            let config = RedisConfig {
+                prefix: prefix.clone(),
+                cluster,
+                replica_acks,
+                ..RedisConfig::new(url)
+            };
+            let url = url.to_string();
+            async move {
+                RedisBackend::connect(config)
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| wasmtime::format_err!("Redis at {url}: {e:?}"))
+            }
+        };
+        let server = connect(&redis_url, false, 0).await?;
+        let on_cluster = connect(cluster_urls, true, 0).await?;
+        let acked = connect(cluster_urls, true, 1).await?;
+        return cluster::compare(server, on_cluster, acked, cluster_urls, &prefix, effort).await;
     }
 
     instance_costs()?;
