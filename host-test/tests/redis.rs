@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::stall_proxy::StallProxy;
 use common::{RedisServer, bounded, redis_config, redis_url};
-use coord_host::backend::redis::{RedisBackend, RedisConfig};
+use coord_host::backend::redis::{RedisBackend, RedisConfig, slot_of};
 use coord_host::backend::{
     Backend, ChangeKind, Condition, Entry, MeterAlgorithm, MeterMode, MeterRequest, Outcome,
     StoreError, WriteReply,
@@ -156,31 +156,10 @@ async fn every_store_call_is_one_redis_round_trip() {
     .await
 }
 
-/// CRC16/XMODEM of the hash tag, modulo 16384: Redis Cluster's key slot.
-fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
-        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
-    });
-    let mut crc: u16 = 0;
-    for &b in tagged.unwrap_or(bytes) {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
-
 #[tokio::test]
 async fn every_key_of_a_partition_hashes_to_one_cluster_slot() {
     assert_eq!(
-        key_slot("123456789"),
+        slot_of("123456789"),
         12739,
         "the CRC16 of Redis's cluster spec"
     );
@@ -207,7 +186,7 @@ async fn every_key_of_a_partition_hashes_to_one_cluster_slot() {
     for p in partitions {
         let mut keys = backend.keys(p).to_vec();
         keys.extend(backend.unwatched_keys(p));
-        let slots: std::collections::HashSet<u16> = keys.iter().map(|k| key_slot(k)).collect();
+        let slots: std::collections::HashSet<u16> = keys.iter().map(|k| slot_of(k)).collect();
         assert_eq!(slots.len(), 1, "{p:?}: {keys:?} span slots {slots:?}");
         assert!(
             seen.insert(keys[0].clone()),

@@ -69,6 +69,19 @@ impl Link {
         }
     }
 
+    /// One `PING` to one server: on a cluster, to a master chosen at random
+    /// (the cluster connection sends a plain `PING` to every node).
+    pub(super) async fn ping(&self) -> Result<Value, RedisError> {
+        let ping = ::redis::cmd("PING");
+        match self {
+            Link::Cluster(conn) => {
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
+                conn.clone().route_command(ping, routing).await
+            }
+            Link::Single(_) => ping.query_async(&mut self.clone()).await,
+        }
+    }
+
     /// Subscribe to a partition's channel: `SSUBSCRIBE` on a cluster (the
     /// scripts `SPUBLISH` there, so a change is sent only by the node that
     /// serves the partition), `SUBSCRIBE` on one server.
@@ -232,7 +245,9 @@ mod slot_tests {
 
     #[test]
     fn slots_are_redis_clusters() {
-        // Redis's documented CLUSTER KEYSLOT of "foo", and its hash tag example.
+        // The cluster spec's CRC16 check value, Redis's documented CLUSTER
+        // KEYSLOT of "foo", and its hash tag example.
+        assert_eq!(slot_of("123456789"), 12739);
         assert_eq!(slot_of("foo"), 12182);
         assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
         assert_eq!(slot_of("{user1000}.following"), slot_of("x{user1000}y"));

@@ -24,6 +24,10 @@ for p in "${ports[@]}"; do
 done
 redis-cli --cluster create "${ports[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log"
 until redis-cli -p "$base" cluster info | grep -q cluster_state:ok; do sleep 0.1; done
+# Ready once each master's replica has synced (writes asking for a
+# replica's acknowledgement are refused until then).
+until [ "$(for p in "${ports[@]}"; do redis-cli -p "${p#*:}" info replication; done |
+  grep -c master_link_status:up)" = 3 ]; do sleep 0.1; done
 urls=""
 for p in "${ports[@]}"; do urls="${urls:+$urls,}redis://$p"; done
 echo "$urls"
