@@ -770,3 +770,79 @@ fn is_master(cluster: &RedisCluster, port: u16) -> bool {
         .iter()
         .any(|n| n.port == port && n.master)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_still_notified_after_its_partitions_slot_moves_or_fails_over() {
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 1).unwrap())
+        .await
+        .unwrap();
+    // Two hosts on one deployment; the waiter's re-check is a minute away.
+    let config = config(&cluster, 0);
+    let writer = Arc::new(RedisBackend::connect(config.clone()).await.unwrap());
+    let waiter = Arc::new(RedisBackend::connect(config).await.unwrap());
+    let tenant = "tenant-resubscribed";
+    let mut revision = 0;
+    // Round 0 as is; rounds 1 and 2 after moving the slot; round 3 after
+    // killing the master that serves it.
+    for round in 0..4 {
+        let reply = writer
+            .put(tenant, "k", &[round], None, &Condition::Always)
+            .await
+            .unwrap();
+        let Outcome::Applied(entry) = reply.outcome else {
+            panic!("{reply:?}");
+        };
+        revision = entry.revision;
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { waiter.wait(tenant, revision, 30_000).await })
+        };
+        while waiter.waiters(tenant) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let slot = slot_of(&writer.key(tenant, "e"));
+        if round == 3 {
+            let master = cluster.master_of(slot).unwrap();
+            cluster.kill(master);
+            let promoted = Instant::now();
+            while cluster.master_of(slot) == Some(master) {
+                assert!(promoted.elapsed() < Duration::from_secs(30), "no failover");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        } else if round > 0 {
+            // Move the tenant's slot while the waiter is subscribed.
+            let from = cluster.master_of(slot).unwrap();
+            let to = cluster
+                .nodes
+                .iter()
+                .map(|n| n.port)
+                .find(|p| *p != from && is_master(&cluster, *p))
+                .unwrap();
+            let cluster_ref = &cluster;
+            tokio::task::block_in_place(|| {
+                migrate_slot(cluster_ref, slot, from, to, Duration::ZERO)
+            });
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let written = Instant::now();
+        // Right after a failover the write may meet the old topology.
+        while writer
+            .put(tenant, "k", b"next", None, &Condition::Always)
+            .await
+            .is_err()
+        {
+            assert!(
+                written.elapsed() < Duration::from_secs(10),
+                "writes never resumed"
+            );
+        }
+        let woke = waiting.await.unwrap().unwrap();
+        assert!(woke > revision);
+        assert!(
+            written.elapsed() < Duration::from_secs(5),
+            "round {round}: the waiter slept {:?}: its subscription did not follow the slot",
+            written.elapsed()
+        );
+    }
+    let _ = revision;
+}

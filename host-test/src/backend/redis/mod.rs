@@ -182,7 +182,7 @@ pub struct RedisBackend {
     config: RedisConfig,
     round_trips: AtomicU64,
     waiters: Waiters,
-    subscriptions: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
+    subscriptions: mpsc::UnboundedSender<Subscription>,
     /// The settings of the connections `wait-then-put` blocks on (RESP3,
     /// which lets a connection report that it was closed); on a cluster,
     /// with each node's address put in.
@@ -259,8 +259,10 @@ impl RedisBackend {
         // Notifications are dispatched right where the connection reads them,
         // not handed to a task of their own: one wake-up less per handoff.
         let dispatch_to = waiters.clone();
+        let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+        let report_to = sub_tx.clone();
         let dispatch = move |push: PushInfo| {
-            dispatch_notification(&push, &dispatch_to);
+            dispatch_notification(&push, &dispatch_to, &report_to);
             Ok::<(), std::convert::Infallible>(())
         };
         let (conn, push) = if config.cluster {
@@ -288,7 +290,6 @@ impl RedisBackend {
             .map_err(unavailable)?;
             (Link::Single(conn), Link::Single(push))
         };
-        let (sub_tx, sub_rx) = mpsc::unbounded_channel();
         tokio::spawn(manage_subscriptions(sub_rx, push, waiters.clone()));
 
         let config = RedisConfig {

@@ -16,6 +16,23 @@ pub(super) struct Waiting {
 
 pub(super) type Waiters = Arc<Mutex<HashMap<String, Waiting>>>;
 
+/// What the subscriber task is asked to do.
+pub(super) enum Subscription {
+    /// Make the channel's subscription match its waiters, then answer.
+    Sync(String, oneshot::Sender<()>),
+    /// The server ended the channel's subscription (on a cluster, its slot
+    /// moved to another node): subscribe again, at the slot's new node, if
+    /// it still has waiters.
+    Dropped(String),
+    /// A subscriber connection was lost (on a cluster, a node died): every
+    /// channel is subscribed again, at its slot's current node.
+    Disconnected,
+}
+
+/// How often the subscriber task retries channels that have waiters but
+/// no subscription (one that could not be made during a failover, say).
+const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
+
 impl RedisBackend {
     /// With a test clock, one script call at a time, from reading the clock
     /// to the reply: the clock is read when a call is built, so calls in
@@ -67,7 +84,8 @@ impl RedisBackend {
             notify,
         };
         let (ack, acked) = oneshot::channel();
-        if self.subscriptions.send((channel.to_string(), ack)).is_ok() {
+        let sync = Subscription::Sync(channel.to_string(), ack);
+        if self.subscriptions.send(sync).is_ok() {
             // If the subscription cannot be made, the re-check still bounds the wait.
             let _ = acked.await;
         }
@@ -120,13 +138,32 @@ impl Drop for WaiterGuard<'_> {
             w.count = w.count.saturating_sub(1);
         }
         let (ack, _) = oneshot::channel();
-        let _ = self.backend.subscriptions.send((self.channel.clone(), ack));
+        let sync = Subscription::Sync(self.channel.clone(), ack);
+        let _ = self.backend.subscriptions.send(sync);
     }
 }
 
-/// Wake the local waiters of the channel a change was published on. Called
-/// by the subscriber connection for each push it reads; never blocks.
-pub(super) fn dispatch_notification(push: &PushInfo, waiters: &Waiters) {
+/// Wake the local waiters of the channel a change was published on, or
+/// report a subscription the server ended. Called by the subscriber
+/// connection for each push it reads; never blocks.
+pub(super) fn dispatch_notification(
+    push: &PushInfo,
+    waiters: &Waiters,
+    subscriptions: &mpsc::UnboundedSender<Subscription>,
+) {
+    if push.kind == PushKind::Disconnection {
+        let _ = subscriptions.send(Subscription::Disconnected);
+        return;
+    }
+    if push.kind == PushKind::SUnsubscribe
+        && let Some(Value::BulkString(channel)) = push.data.first()
+        && let Ok(channel) = std::str::from_utf8(channel)
+    {
+        // Also the confirmation of our own SUNSUBSCRIBE: the task then
+        // finds no waiters and leaves it.
+        let _ = subscriptions.send(Subscription::Dropped(channel.to_string()));
+        return;
+    }
     // Sharded messages (`SSUBSCRIBE`, on a cluster) or plain ones.
     if !matches!(push.kind, PushKind::Message | PushKind::SMessage) {
         return;
@@ -154,14 +191,53 @@ pub(super) fn dispatch_notification(push: &PushInfo, waiters: &Waiters) {
 }
 
 /// Bring the subscriptions in line with the waiters, one channel at a time,
-/// in request order, so a subscribe and an unsubscribe never cross.
+/// in request order, so a subscribe and an unsubscribe never cross; every
+/// [`RESUBSCRIBE_EVERY`], subscribe the channels with waiters that have
+/// none (a subscription that failed or that the server ended).
 pub(super) async fn manage_subscriptions(
-    mut requests: mpsc::UnboundedReceiver<(String, oneshot::Sender<()>)>,
+    mut requests: mpsc::UnboundedReceiver<Subscription>,
     mut push: Link,
     waiters: Waiters,
 ) {
     let mut subscribed = HashSet::new();
-    while let Some((channel, ack)) = requests.recv().await {
+    let mut retry = tokio::time::interval(RESUBSCRIBE_EVERY);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let (channel, ack) = tokio::select! {
+            request = requests.recv() => match request {
+                Some(Subscription::Sync(channel, ack)) => (channel, Some(ack)),
+                Some(Subscription::Dropped(channel)) => {
+                    subscribed.remove(&channel);
+                    (channel, None)
+                }
+                Some(Subscription::Disconnected) => {
+                    // The next retry subscribes them again.
+                    subscribed.clear();
+                    continue;
+                }
+                None => return,
+            },
+            _ = retry.tick() => {
+                let missing: Vec<String> = waiters.lock().map_or_else(
+                    |_| Vec::new(),
+                    |w| {
+                        w.iter()
+                            .filter(|(c, w)| w.count > 0 && !subscribed.contains(*c))
+                            .map(|(c, _)| c.clone())
+                            .collect()
+                    },
+                );
+                for channel in missing {
+                    if push.subscribe(&channel).await.is_err() {
+                        // Mid-failover, likely: try the rest at the next
+                        // tick rather than hold waiters' requests meanwhile.
+                        break;
+                    }
+                    subscribed.insert(channel);
+                }
+                continue;
+            }
+        };
         let wanted = waiters.lock().is_ok_and(|mut w| {
             let wanted = w.get(&channel).is_some_and(|w| w.count > 0);
             if !wanted {
@@ -176,6 +252,8 @@ pub(super) async fn manage_subscriptions(
         } else if !wanted && subscribed.remove(&channel) {
             let _ = push.unsubscribe(&channel).await;
         }
-        let _ = ack.send(());
+        if let Some(ack) = ack {
+            let _ = ack.send(());
+        }
     }
 }
