@@ -153,22 +153,7 @@ pub fn redis_config(url: &str, history: usize, clock: Option<Arc<ManualClock>>) 
 /// The Redis backend on a real server (see [`redis_url`]), with its "now"
 /// taken from a manual clock so TTL tests move time instead of sleeping.
 pub async fn redis(history: usize) -> Harness {
-    let url = redis_url().await;
-    let clock = Arc::new(ManualClock::new(T0));
-    let config = redis_config(&url, history, Some(clock.clone()));
-    let cleanup = Some((url.clone(), config.prefix.clone()));
-    let backend = Arc::new(
-        RedisBackend::connect(config)
-            .await
-            .expect("connect to Redis"),
-    );
-    Harness {
-        backend: backend.clone(),
-        clock,
-        waiters: Box::new(move |partition| backend.waiters(partition)),
-        cleanup,
-        nats_cleanup: None,
-    }
+    redis_harness(redis_url().await, history, false).await
 }
 
 /// The Redis backend on a three-master cluster (see [`redis_cluster_url`]),
@@ -177,16 +162,22 @@ pub async fn redis_cluster(history: usize) -> Harness {
     let url = tokio::task::spawn_blocking(redis_cluster_url)
         .await
         .expect("the cluster starts");
+    redis_harness(url, history, true).await
+}
+
+/// A harness on the Redis server (or cluster) at `url`, its keys deleted
+/// when it drops.
+async fn redis_harness(url: String, history: usize, cluster: bool) -> Harness {
     let clock = Arc::new(ManualClock::new(T0));
     let config = RedisConfig {
-        cluster: true,
+        cluster,
         ..redis_config(&url, history, Some(clock.clone()))
     };
-    let cleanup = Some((url.clone(), config.prefix.clone()));
+    let cleanup = Some((url, config.prefix.clone()));
     let backend = Arc::new(
         RedisBackend::connect(config)
             .await
-            .expect("connect to the Redis Cluster"),
+            .expect("connect to Redis"),
     );
     Harness {
         backend: backend.clone(),

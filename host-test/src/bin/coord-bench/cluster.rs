@@ -11,7 +11,7 @@ use coord_host::backend::redis::RedisBackend;
 
 use crate::Effort;
 use crate::measure::fmt_us;
-use crate::ops::{ComponentStep, Op, PingStep, failed, run_tasks};
+use crate::ops::{Op, PingStep, component_rate, failed, run_tasks};
 
 /// How many tasks run at once, each with its own instance and key.
 const TASKS: usize = 64;
@@ -43,17 +43,7 @@ pub async fn compare(
         let mut figures = Vec::new();
         for backend in &backends {
             let runtime = Arc::new(Runtime::new(backend.clone())?);
-            let (stats, rate) = run_tasks(TASKS, effort.per_task, |t| {
-                let runtime = runtime.clone();
-                async move {
-                    Ok(ComponentStep(
-                        op,
-                        runtime.instantiate().await?,
-                        format!("task-{t}"),
-                    ))
-                }
-            })
-            .await?;
+            let (stats, rate) = component_rate(&runtime, op, TASKS, effort.per_task).await?;
             figures.push((rate, stats.p99()));
         }
         row(name, &figures);

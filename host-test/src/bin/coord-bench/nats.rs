@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use crate::Effort;
 use crate::measure::{Stats, fmt_us};
 use crate::ops::{
-    ComponentStep, LOCK_ID, Op, PingStep, Step, component_op, failed, no_wait, run_tasks, space,
+    LOCK_ID, Op, PingStep, Step, component_op, component_rate, failed, no_wait, run_tasks, space,
 };
 
 /// A request answered by a subscriber on the same connection.
@@ -186,17 +186,7 @@ pub async fn compare(
     ] {
         let mut rates = Vec::new();
         for runtime in [on_redis.runtime.clone(), on_nats.runtime.clone()] {
-            let (_, rate) = run_tasks(TASKS, effort.per_task, |t| {
-                let runtime = runtime.clone();
-                async move {
-                    Ok(ComponentStep(
-                        op,
-                        runtime.instantiate().await?,
-                        format!("task-{t}"),
-                    ))
-                }
-            })
-            .await?;
+            let (_, rate) = component_rate(&runtime, op, TASKS, effort.per_task).await?;
             rates.push(rate);
         }
         println!(

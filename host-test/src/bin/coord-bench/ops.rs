@@ -704,6 +704,27 @@ struct NativeStep(Op, Arc<dyn Backend>, String);
 /// A bare PING.
 pub(crate) struct PingStep(pub(crate) Arc<RedisBackend>);
 
+/// `op` in `tasks` tasks, `per_task` each, every task through an instance
+/// of its own on its own key (`task-<n>`): the latencies and the rate.
+pub(crate) async fn component_rate(
+    runtime: &Arc<Runtime>,
+    op: Op,
+    tasks: usize,
+    per_task: usize,
+) -> wasmtime::Result<(Stats, f64)> {
+    run_tasks(tasks, per_task, |t| {
+        let runtime = runtime.clone();
+        async move {
+            Ok(ComponentStep(
+                op,
+                runtime.instantiate().await?,
+                format!("task-{t}"),
+            ))
+        }
+    })
+    .await
+}
+
 impl Step for ComponentStep {
     async fn step(&mut self) -> wasmtime::Result<()> {
         component_op(self.0, &mut self.1, &self.2).await
@@ -758,19 +779,7 @@ pub async fn concurrency(
         for tasks in [1, TASKS] {
             let (mut component, mut native) = (Rounds::default(), Rounds::default());
             for _ in 0..ROUNDS {
-                component.add(
-                    run_tasks(tasks, per_task(tasks) / ROUNDS, |t| {
-                        let runtime = runtime.clone();
-                        async move {
-                            Ok(ComponentStep(
-                                op,
-                                runtime.instantiate().await?,
-                                format!("task-{t}"),
-                            ))
-                        }
-                    })
-                    .await?,
-                );
+                component.add(component_rate(&runtime, op, tasks, per_task(tasks) / ROUNDS).await?);
                 native.add(
                     run_tasks(tasks, per_task(tasks) / ROUNDS, |t| {
                         let backend = backend.clone();
