@@ -23,8 +23,14 @@
 -- goes back to sleep checks, and sets it, again.
 --
 -- The backend loads this script behind the line
---   local RETENTION, PUBLISH = <ms the partition outlives its last entry>,
---     '<PUBLISH, or SPUBLISH on a cluster>'
+--   local RETENTION, PUBLISH, STREAM = <ms the partition outlives its last
+--     entry>, '<PUBLISH, or SPUBLISH on a cluster>', <whether to keep the
+--     wake stream: true on one server, false on a cluster>
+-- On a cluster the wake stream is not kept: a script may only touch the
+-- keys it declares there (a key it does not declare can be on another node
+-- while its slot migrates), and declaring a key that is usually absent would
+-- make every call to the partition TRYAGAIN while its slot migrates. Lock
+-- waiters on a cluster wait on the channel instead.
 --
 -- ARGV[1] every input in one string (one argument: Redis makes a string and
 -- an ARGV slot of each, and numbers in text cost a strtod besides):
@@ -169,7 +175,7 @@ elseif listing then
 elseif op == CHECK or op == ARM then
   if waited == 0 then waited, write = 1, true end
   if op == ARM then
-    if rev > number and woken <= number then
+    if STREAM and rev > number and woken <= number then
       -- A change since `after` that woke nobody: leave its wake-up now.
       local stream = string.sub(K, 1, -2) .. 'n'
       redis.call('XADD', stream, 'MAXLEN', '1', string.format('%d', rev) .. '-0', 'r', '')
@@ -198,8 +204,10 @@ if write then
     -- wait-then-put reads and the channel `wait` listens to.
     local base = string.sub(K, 1, -2)
     local id = string.format('%d', rev)
-    redis.call('XADD', base .. 'n', 'MAXLEN', '1', id .. '-0', 'r', '')
-    redis.call('PEXPIRE', base .. 'n', RETENTION)
+    if STREAM then
+      redis.call('XADD', base .. 'n', 'MAXLEN', '1', id .. '-0', 'r', '')
+      redis.call('PEXPIRE', base .. 'n', RETENTION)
+    end
     redis.call(PUBLISH, base .. 'w', id)
     waited, woken = 0, rev
   end

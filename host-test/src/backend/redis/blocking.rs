@@ -30,9 +30,13 @@ impl RedisBackend {
     ) -> Option<Result<WriteReply, StoreError>> {
         let slot = BlockingSlot::take(self)?;
         let node = self.node_of(partition).await?;
-        // A connection that cannot be opened (a client limit, say) leaves the
+        // A connection that cannot be opened (a client limit, say, or a
+        // node that died: the slots are read again next time) leaves the
         // shared connections, which may still serve.
-        let mut conn = slot.connection(&node).await.ok()?;
+        let Ok(mut conn) = slot.connection(&node).await else {
+            self.forget_slots();
+            return None;
+        };
         let inputs = Inputs {
             key,
             value: Some(value),
@@ -129,14 +133,21 @@ impl RedisBackend {
             Value::ServerError(e) => is_redirection(&RedisError::from(e.clone())),
             _ => false,
         };
+        let applied = |reply: &Value| {
+            reply
+                .clone()
+                .extract_error()
+                .ok()
+                .and_then(|reply| write_reply(reply, key, sent).ok())
+                .is_some_and(|reply| matches!(reply.outcome, Outcome::Applied(_)))
+        };
         if moved(&read) || moved(&reply) {
             // The partition's slot moved (a failover, a resharding): forget
             // where slots live and let the cluster connection find it.
-            if let Ok(mut slots) = self.slots.lock() {
-                *slots = None;
-            }
-            if moved(&reply) {
-                // The put was not run: wait and put apart.
+            self.forget_slots();
+            if moved(&reply) || !applied(&reply) {
+                // The put was not run, or ran without the wait (the XREAD
+                // was redirected) and did not apply: wait and put apart.
                 return None;
             }
         }
@@ -157,11 +168,20 @@ impl RedisBackend {
             }
             Err(e) => Err(unavailable(e)),
         };
-        if matches!(read, Value::ServerError(_)) && !moved(&read) {
+        if let Value::ServerError(refusal) = &read
+            && !moved(&read)
+        {
             // Redis refused the XREAD, so the put ran without a wait. Keep
-            // what it wrote; otherwise wait and put apart, now and from now
-            // on (a refusal is a setting, not a moment).
-            self.blocking_refused.store(true, Ordering::Relaxed);
+            // what it wrote; otherwise wait and put apart. A refusal that is
+            // a setting (an ACL, a command renamed away) holds from now on;
+            // a moment's (loading, busy) only for this call.
+            let setting = refusal.code() == "NOPERM"
+                || refusal
+                    .details()
+                    .is_some_and(|d| d.contains("unknown command"));
+            if setting {
+                self.blocking_refused.store(true, Ordering::Relaxed);
+            }
             if !matches!(
                 &reply,
                 Ok(WriteReply {
@@ -193,7 +213,9 @@ impl RedisBackend {
             Ok(Value::Int(_)) => Some(false),
             Ok(_) => None,
             Err(e) => {
-                if e.kind() != ErrorKind::Io && !is_redirection(&e) {
+                // Only a refusal by Redis is a setting; a lost or missing
+                // connection (a node reconnecting) is a moment.
+                if matches!(e.kind(), ErrorKind::Server(_)) && !is_redirection(&e) {
                     self.unblock_refused.store(true, Ordering::Relaxed);
                 }
                 None
@@ -203,6 +225,14 @@ impl RedisBackend {
 }
 
 impl RedisBackend {
+    /// Forget where the cluster's slots live: the next blocking call reads
+    /// `CLUSTER SLOTS` again.
+    fn forget_slots(&self) {
+        if let Ok(mut slots) = self.slots.lock() {
+            *slots = None;
+        }
+    }
+
     /// Where `partition` is served: the server, or on a cluster the master
     /// of its slot as `CLUSTER SLOTS` said (asked once, and again after a
     /// redirection). `None` when the cluster cannot say now.
@@ -226,7 +256,12 @@ impl RedisBackend {
                 table
             }
         };
-        table.node(slot_of(&self.key(partition, "s")))
+        let node = table.node(slot_of(&self.key(partition, "s")));
+        if node.is_none() {
+            // Unknown here (the table was read mid-change): read it again next time.
+            self.forget_slots();
+        }
+        node
     }
 }
 

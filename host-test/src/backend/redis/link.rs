@@ -11,7 +11,7 @@
 use ::redis::aio::ConnectionLike;
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use ::redis::{ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture};
 
 use super::*;
@@ -63,6 +63,23 @@ impl Link {
                     host: host.clone(),
                     port: *port,
                 });
+                conn.clone().route_command(cmd.clone(), routing).await
+            }
+            _ => cmd.query_async(&mut self.clone()).await,
+        }
+    }
+
+    /// Send `cmd` to the master serving `key`'s slot (to every master when
+    /// no key is given); on one server, to the server.
+    pub(super) async fn to_key_master(
+        &self,
+        key: Option<&[u8]>,
+        cmd: &Cmd,
+    ) -> Result<Value, RedisError> {
+        match (self, key) {
+            (Link::Cluster(conn), Some(key)) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
                 conn.clone().route_command(cmd.clone(), routing).await
             }
             _ => cmd.query_async(&mut self.clone()).await,
@@ -167,8 +184,13 @@ impl SlotTable {
             let host = match host {
                 Value::BulkString(host) => String::from_utf8(host.clone()).ok()?,
                 Value::SimpleString(host) => host.clone(),
-                _ => return None,
+                _ => String::new(),
             };
+            // A node that does not know its own address (NIL, "" or "?"):
+            // its slots stay unknown, and their calls wait on the channel.
+            if host.is_empty() || host == "?" {
+                continue;
+            }
             table.ranges.push((
                 u16::try_from(*first).ok()?,
                 u16::try_from(*last).ok()?,

@@ -98,6 +98,10 @@ const UNWATCHED_SCRIPT: &str = include_str!("../unwatched.lua");
 /// The Lua script of `meter` (the rate limiter's one round trip).
 const METER_SCRIPT: &str = include_str!("../meter.lua");
 
+/// How often a call loads the scripts again after `NOSCRIPT` before it
+/// answers `unavailable`: where it runs, then everywhere.
+const RELOADS: usize = 2;
+
 /// The default longest sleep of a waiter between checks, in ms.
 pub const RECHECK_MS: u64 = 500;
 /// The default number of `wait-then-put` calls that may block on a
@@ -448,16 +452,20 @@ impl RedisBackend {
     /// loaded after `NOSCRIPT`.
     async fn run_script_value(&self, cmd: &Cmd, scripts: &[&str]) -> Result<Value, StoreError> {
         let mut conn = self.conn.clone();
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let reply = match cmd.query_async::<Value>(&mut conn).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.load_scripts(&mut conn, scripts).await?;
-                self.round_trips.fetch_add(1, Ordering::Relaxed);
-                cmd.query_async::<Value>(&mut conn).await
+        let mut attempt = 0;
+        loop {
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            match cmd.query_async::<Value>(&mut conn).await {
+                Err(e)
+                    if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+                        && attempt < RELOADS =>
+                {
+                    self.load_scripts(cmd, scripts, attempt).await?;
+                    attempt += 1;
+                }
+                reply => return reply.map_err(unavailable),
             }
-            other => other,
-        };
-        reply.map_err(unavailable)
+        }
     }
 
     /// A put, delete or touch of `inputs.key`, and its reply.
@@ -492,7 +500,7 @@ impl RedisBackend {
             .ignore_errors();
         let mut conn = self.conn.clone();
         let mut replies = Vec::new();
-        for attempt in 0..2 {
+        for attempt in 0..=RELOADS {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
             replies = pipe
                 .query_async::<Vec<Value>>(&mut conn)
@@ -500,10 +508,10 @@ impl RedisBackend {
                 .map_err(unavailable)?;
             let no_script = matches!(replies.first(),
                 Some(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript));
-            if !no_script || attempt == 1 {
+            if !no_script || attempt == RELOADS {
                 break;
             }
-            self.load_scripts(&mut conn, scripts).await?;
+            self.load_scripts(cmd, scripts, attempt).await?;
         }
         let mut replies = replies.into_iter();
         let (Some(reply), Some(acks)) = (replies.next(), replies.next()) else {
@@ -515,11 +523,17 @@ impl RedisBackend {
     }
 
     /// `WAIT` for [`RedisConfig::replica_acks`] replicas, for at most
-    /// [`RedisConfig::replica_ack_timeout`].
+    /// [`RedisConfig::replica_ack_timeout`], and at most half the response
+    /// timeout (so that replicas that do not answer make the call answer
+    /// how many did, not time out).
     fn wait_command(&self) -> Cmd {
+        let limit = self
+            .config
+            .replica_ack_timeout
+            .min(self.config.response_timeout / 2);
         let mut wait = ::redis::cmd("WAIT");
         wait.arg(self.config.replica_acks)
-            .arg(self.config.replica_ack_timeout.as_millis().max(1) as u64);
+            .arg(limit.as_millis().max(1) as u64);
         wait
     }
 
@@ -540,15 +554,29 @@ impl RedisBackend {
         }
     }
 
-    /// `SCRIPT LOAD` each of `scripts` (on a cluster, on every master).
-    async fn load_scripts(&self, conn: &mut Link, scripts: &[&str]) -> Result<(), StoreError> {
+    /// `SCRIPT LOAD` each of `scripts` where `cmd` (an `EVALSHA` that met
+    /// `NOSCRIPT`) runs. On a cluster, first (`attempt` 0) on the master of
+    /// its key's slot only, so that a node that is down (right after a
+    /// failover, say) does not fail the load; then on every master (the
+    /// call may have been redirected to a node the slot is moving to).
+    async fn load_scripts(
+        &self,
+        cmd: &Cmd,
+        scripts: &[&str],
+        attempt: usize,
+    ) -> Result<(), StoreError> {
         self.round_trips
             .fetch_add(scripts.len() as u64, Ordering::Relaxed);
+        // EVALSHA sha numkeys key…: the first key.
+        let key = match cmd.args_iter().nth(3) {
+            Some(::redis::Arg::Simple(key)) if attempt == 0 => Some(key.to_vec()),
+            _ => None,
+        };
         for script in scripts {
-            ::redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(*script)
-                .query_async::<Value>(conn)
+            let mut load = ::redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(*script);
+            self.conn
+                .to_key_master(key.as_deref(), &load)
                 .await
                 .map_err(unavailable)?;
         }
@@ -570,12 +598,15 @@ fn store_script(config: &RedisConfig) -> String {
 }
 
 /// The unwatched partitions' script as a backend with `config` loads it:
-/// one line that gives it `RETENTION` and `PUBLISH`, then [`UNWATCHED_SCRIPT`].
+/// one line that gives it `RETENTION`, `PUBLISH` and `STREAM` (whether it
+/// keeps the wake stream a blocked `wait-then-put` reads: not on a
+/// cluster, see the script), then [`UNWATCHED_SCRIPT`].
 fn unwatched_script(config: &RedisConfig) -> String {
     format!(
-        "local RETENTION, PUBLISH = {}, '{}'\n{UNWATCHED_SCRIPT}",
+        "local RETENTION, PUBLISH, STREAM = {}, '{}', {}\n{UNWATCHED_SCRIPT}",
         config.retention_ms,
-        publish_command(config)
+        publish_command(config),
+        !config.cluster
     )
 }
 

@@ -240,14 +240,25 @@ impl Backend for RedisBackend {
             return self.put(partition, key, value, ttl_ms, condition).await;
         }
         // A test clock's time cannot end a block on Redis: that waits here.
-        if self.config.test_clock.is_none() && !self.blocking_refused.load(Ordering::Relaxed) {
+        // On a cluster an unwatched partition keeps no wake stream to block
+        // on (unwatched.lua says why): its waiters wait on the channel.
+        let no_stream = self.config.cluster && is_unwatched(partition);
+        let mut timeout_ms = timeout_ms;
+        if self.config.test_clock.is_none()
+            && !no_stream
+            && !self.blocking_refused.load(Ordering::Relaxed)
+        {
             let ttl = ttl_ms.map(ttl_arg).transpose()?;
+            let started = std::time::Instant::now();
             if let Some(reply) = self
                 .blocking_wait_then_put(partition, key, value, ttl, condition, after, timeout_ms)
                 .await
             {
                 return reply;
             }
+            // Waiting apart now: only for what is left of the timeout.
+            let spent = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            timeout_ms = timeout_ms.saturating_sub(spent);
         }
         self.wait(partition, after, timeout_ms).await?;
         self.put(partition, key, value, ttl_ms, condition).await

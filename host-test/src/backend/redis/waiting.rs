@@ -86,8 +86,11 @@ impl RedisBackend {
         let (ack, acked) = oneshot::channel();
         let sync = Subscription::Sync(channel.to_string(), ack);
         if self.subscriptions.send(sync).is_ok() {
-            // If the subscription cannot be made, the re-check still bounds the wait.
-            let _ = acked.await;
+            // If the subscription cannot be made, the re-check still bounds
+            // the wait; and a waiter does not queue behind other channels'
+            // subscriptions for longer than a call may take (during a
+            // failover each can take that long).
+            let _ = tokio::time::timeout(self.config.response_timeout, acked).await;
         }
         Ok(guard)
     }
