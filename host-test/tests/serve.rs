@@ -424,6 +424,83 @@ async fn two_serve_processes_on_one_redis_cluster_share_locks_presence_and_limit
     common::delete_prefix(&url, &acked);
 }
 
+/// `coord serve --cache-dir DIR` started, read until it listens, then
+/// stopped: its compile-cache log line's (modules loaded, modules compiled).
+fn start_with_cache(args: &[&str]) -> (u64, u64) {
+    use std::io::{BufRead, BufReader, Read};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coord"))
+        .arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("COORD_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    for line in stdout.lines() {
+        if line.unwrap().contains("listening on") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    let field = |name: &str| -> u64 {
+        let at = log
+            .find(&format!("{name}="))
+            .unwrap_or_else(|| panic!("no {name} in the log: {log}"));
+        log[at + name.len() + 1..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (field("modules_loaded"), field("modules_compiled"))
+}
+
+/// The second start of the same function loads what the first compiled;
+/// `--no-cache` keeps nothing.
+#[test]
+fn a_second_start_loads_the_compiled_function_from_the_cache() {
+    let dir = std::env::temp_dir().join(format!("coord-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = dir.to_str().unwrap();
+    let (loaded, compiled) = start_with_cache(&["--cache-dir", cache]);
+    assert_eq!(loaded, 0, "an empty cache loaded something");
+    assert!(compiled > 0, "the first start compiled nothing");
+    let (loaded, compiled) = start_with_cache(&["--cache-dir", cache]);
+    assert_eq!(compiled, 0, "the second start compiled again");
+    assert!(loaded > 0, "the second start loaded nothing");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let untouched = dir.join("untouched");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coord"))
+        .args(["serve", "--no-cache", "--listen", "127.0.0.1:0"])
+        .env("XDG_CACHE_HOME", &untouched)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    for line in std::io::BufRead::lines(stdout) {
+        if line.unwrap().contains("listening on") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!untouched.exists(), "--no-cache wrote a cache");
+}
+
 /// `coord serve ARGS` twice: a lock, presence and a limit through one are
 /// the same through the other.
 async fn two_processes_share_locks_presence_and_limits(args: &[&str]) {

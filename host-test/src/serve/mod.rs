@@ -88,7 +88,33 @@ impl Server {
         backend: Arc<dyn Backend>,
         max_requests: u32,
     ) -> wasmtime::Result<Server> {
-        let engine = Engine::new(&engine_config(max_requests))?;
+        Server::with_cache(function, backend, max_requests, None)
+    }
+
+    /// [`Server::with_capacity`], keeping what it compiles in `cache_dir`
+    /// (wasmtime's cache: each compiled module under a hash of its code, the
+    /// compiler and its settings) so that the next start with the same
+    /// function and engine loads it instead of compiling it again.
+    pub fn with_cache(
+        function: &[u8],
+        backend: Arc<dyn Backend>,
+        max_requests: u32,
+        cache_dir: Option<&std::path::Path>,
+    ) -> wasmtime::Result<Server> {
+        let mut config = engine_config(max_requests);
+        let cache = cache_dir.and_then(|dir| {
+            let mut settings = wasmtime::CacheConfig::new();
+            settings.with_directory(dir);
+            // A cache that cannot be made (a read-only home, say) costs a
+            // compile per start, not the start.
+            wasmtime::Cache::new(settings)
+                .inspect_err(|e| {
+                    tracing::warn!(directory = %dir.display(), "no compile cache: {e:#}");
+                })
+                .ok()
+        });
+        config.cache(cache.clone());
+        let engine = Engine::new(&config)?;
         let mut component = Component::new(&engine, function).context("compiling the function")?;
         let composed = compose::imports_coord(&engine, &component);
         if composed {
@@ -105,6 +131,14 @@ impl Server {
         )?;
         let pre = ProxyPre::new(linker.instantiate_pre(&component)?)
             .context("the function must export wasi:http/incoming-handler")?;
+        if let Some(cache) = &cache {
+            tracing::info!(
+                directory = %cache.directory().display(),
+                modules_loaded = cache.cache_hits(),
+                modules_compiled = cache.cache_misses(),
+                "compile cache"
+            );
+        }
         start_epoch_ticker(&engine);
         let metrics = Arc::new(ServeMetrics::default());
         let metered = Arc::new(MeteredBackend::new(

@@ -144,6 +144,32 @@ struct ServeArgs {
     /// their own at ADDR (off by default).
     #[arg(long, value_name = "ADDR", env = "COORD_ADMIN")]
     admin: Option<String>,
+    /// Keep compiled functions in DIR, so that the next start with the same
+    /// function loads them instead of compiling again (default:
+    /// $XDG_CACHE_HOME/coord, else ~/.cache/coord).
+    #[arg(long, value_name = "DIR", env = "COORD_CACHE_DIR")]
+    cache_dir: Option<std::path::PathBuf>,
+    /// Compile the function at every start; keep nothing on disk.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
+}
+
+impl ServeArgs {
+    /// Where compiled functions are kept: --cache-dir, else the user's
+    /// cache directory; none with --no-cache or without a home.
+    fn cache_dir(&self) -> Option<std::path::PathBuf> {
+        if self.no_cache {
+            return None;
+        }
+        if let Some(dir) = &self.cache_dir {
+            return Some(dir.clone());
+        }
+        let nonempty = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+        nonempty("XDG_CACHE_HOME")
+            .map(std::path::PathBuf::from)
+            .or_else(|| nonempty("HOME").map(|home| std::path::Path::new(&home).join(".cache")))
+            .map(|dir| dir.join("coord"))
+    }
 }
 
 /// Where coordination state lives, resolved.
@@ -356,8 +382,13 @@ async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
     };
     let (backend, place) = backend(&args.store.target()).await?;
     let server = Arc::new(
-        Server::with_capacity(&bytes, backend, args.max_requests)?
-            .with_read_timeout(Duration::from_millis(args.read_timeout_ms)),
+        Server::with_cache(
+            &bytes,
+            backend,
+            args.max_requests,
+            args.cache_dir().as_deref(),
+        )?
+        .with_read_timeout(Duration::from_millis(args.read_timeout_ms)),
     );
     let listen = &args.listen;
     let listener = tokio::net::TcpListener::bind(listen)
