@@ -40,16 +40,33 @@ pub fn plug(function: &[u8], coordinator: &[u8]) -> wasmtime::Result<Vec<u8>> {
         .context("encoding the composition")
 }
 
-/// Whether a component imports any of coord's interfaces, and so must be
-/// composed with the coord component before it can run.
-pub fn imports_coord(
-    engine: &wasmtime::Engine,
-    component: &wasmtime::component::Component,
-) -> bool {
-    component
-        .component_type()
-        .imports(engine)
-        .any(|(name, _)| COORD_EXPORTS.iter().any(|coord| is_interface(name, coord)))
+/// Whether a component (its bytes) imports any of coord's interfaces, and
+/// so must be composed with the coord component before it can run. Read
+/// from the bytes, so that nothing is compiled twice.
+pub fn imports_coord(component: &[u8]) -> wasmtime::Result<bool> {
+    let mut depth = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(component) {
+        match payload.map_err(|e| wasmtime::format_err!("reading the function: {e}"))? {
+            wasmparser::Payload::ModuleSection { .. }
+            | wasmparser::Payload::ComponentSection { .. } => depth += 1,
+            wasmparser::Payload::End(_) if depth == 0 => break,
+            wasmparser::Payload::End(_) => depth -= 1,
+            // Only the outermost component's imports are the host's to give.
+            wasmparser::Payload::ComponentImportSection(imports) if depth == 0 => {
+                for import in imports {
+                    let name = import
+                        .map_err(|e| wasmtime::format_err!("reading the function's imports: {e}"))?
+                        .name
+                        .name;
+                    if COORD_EXPORTS.iter().any(|coord| is_interface(name, coord)) {
+                        return Ok(true);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(false)
 }
 
 /// `name` is `interface` at some version (`coord:sync/lock@0.1.0`).

@@ -149,11 +149,45 @@ impl Runtime {
 /// The engine configuration every runtime uses: the pooling allocator, for
 /// cheap instantiation. (Async host calls need no setting in wasmtime 48.)
 pub fn engine_config() -> Config {
-    pooled_config(MAX_INSTANCES, 1, 1, 1)
+    pooled_config(MAX_INSTANCES, &PoolSlot::ONE_MODULE)
+}
+
+/// The most an instance's linear memory may grow to (each memory's slot in
+/// the pool).
+pub const MAX_MEMORY_BYTES: u64 = 64 << 20;
+
+/// What one instance takes from the pool: its core instances, memories
+/// and tables, and the per-module bounds of each.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolSlot {
+    /// Core module instances per instance.
+    pub core_instances: u32,
+    /// Linear memories per instance.
+    pub memories: u32,
+    /// Tables per instance.
+    pub tables: u32,
+    /// The most memories one core module defines.
+    pub memories_per_module: u32,
+    /// The most tables one core module defines.
+    pub tables_per_module: u32,
+    /// The most elements one table may hold.
+    pub table_elements: usize,
+}
+
+impl PoolSlot {
+    /// The coord component alone: one module, one memory, one table.
+    pub const ONE_MODULE: PoolSlot = PoolSlot {
+        core_instances: 1,
+        memories: 1,
+        tables: 1,
+        memories_per_module: 1,
+        tables_per_module: 1,
+        table_elements: 20_000,
+    };
 }
 
 /// A configuration with the pooling allocator sized for `instances`
-/// component instances of up to `cores`, `memories` and `tables` each.
+/// instances of `slot` each.
 ///
 /// Freed slots are reset without `madvise` where that is cheaper: the
 /// resident pages of a memory, table or async stack are found with Linux's
@@ -161,14 +195,18 @@ pub fn engine_config() -> Config {
 /// batched. Otherwise each freed instance costs an `madvise` whose TLB
 /// shootdown interrupts every core — measured as 70 % of `coord serve`'s time
 /// under load (BENCHMARKS.md, "Edge runtime over HTTP").
-pub(crate) fn pooled_config(instances: u32, cores: u32, memories: u32, tables: u32) -> Config {
+pub(crate) fn pooled_config(instances: u32, slot: &PoolSlot) -> Config {
+    let total = |per_instance: u32| instances.saturating_mul(per_instance.max(1));
     let mut pooling = PoolingAllocationConfig::default();
     pooling
         .total_component_instances(instances)
-        .total_core_instances(instances * cores)
-        .total_memories(instances * memories)
-        .total_tables(instances * tables)
-        .max_memory_size(64 << 20)
+        .total_core_instances(total(slot.core_instances))
+        .total_memories(total(slot.memories))
+        .total_tables(total(slot.tables))
+        .max_memories_per_module(slot.memories_per_module.max(1))
+        .max_tables_per_module(slot.tables_per_module.max(1))
+        .table_elements(slot.table_elements)
+        .max_memory_size(MAX_MEMORY_BYTES as usize)
         .pagemap_scan(wasmtime::Enabled::Auto)
         .linear_memory_keep_resident(2 << 20)
         .table_keep_resident(64 << 10)

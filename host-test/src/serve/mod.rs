@@ -33,8 +33,10 @@ use crate::backend::Backend;
 use crate::compose;
 
 pub mod admin;
+pub mod footprint;
 pub mod metrics;
 
+use footprint::Footprint;
 use metrics::{MeteredBackend, RequestLabels, RouteLabels, ServeMetrics};
 
 /// The example edge function (`examples/inventory-fn`), not yet composed.
@@ -101,7 +103,26 @@ impl Server {
         max_requests: u32,
         cache_dir: Option<&std::path::Path>,
     ) -> wasmtime::Result<Server> {
-        let mut config = engine_config(max_requests);
+        // Composed or not is read from the bytes, so the function is
+        // compiled once (a Python function takes minutes in a debug build).
+        let composed = compose::imports_coord(function)?;
+        let composition;
+        let bytes = if composed {
+            composition = compose::plug(function, crate::COMPONENT)?;
+            &composition[..]
+        } else {
+            function
+        };
+        let footprint = Footprint::of(bytes)?;
+        footprint.check()?;
+        tracing::info!(
+            core_instances = footprint.core_instances,
+            memories = footprint.memories,
+            tables = footprint.tables,
+            max_requests,
+            "instance pool sized for the function"
+        );
+        let mut config = engine_config(max_requests, &footprint);
         let cache = cache_dir.and_then(|dir| {
             let mut settings = wasmtime::CacheConfig::new();
             settings.with_directory(dir);
@@ -114,14 +135,19 @@ impl Server {
                 .ok()
         });
         config.cache(cache.clone());
-        let engine = Engine::new(&config)?;
-        let mut component = Component::new(&engine, function).context("compiling the function")?;
-        let composed = compose::imports_coord(&engine, &component);
-        if composed {
-            let bytes = compose::plug(function, crate::COMPONENT)?;
-            component =
-                Component::new(&engine, bytes).context("compiling the composed function")?;
-        }
+        let engine = Engine::new(&config).with_context(|| {
+            format!(
+                "making an instance pool for {max_requests} requests of {} core instances, \
+                 {} memories and {} tables each (fewer --max-requests need less)",
+                footprint.core_instances, footprint.memories, footprint.tables
+            )
+        })?;
+        let what = if composed {
+            "compiling the composed function"
+        } else {
+            "compiling the function"
+        };
+        let component = Component::new(&engine, bytes).context(what)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
@@ -546,10 +572,11 @@ impl HasData for CoordStore {
     type Data<'a> = &'a mut HostState;
 }
 
-/// Pooling for composed functions: each instance holds the function's and
-/// coord's core instances, memories and tables, and the adapters'.
-fn engine_config(max_requests: u32) -> Config {
-    let mut config = crate::pooled_config(max_requests, 16, 2, 4);
+/// Pooling for `max_requests` instances of a function, each taking what
+/// its footprint counts (a composed function: its own core instances,
+/// memories and tables, coord's, and the adapters').
+fn engine_config(max_requests: u32, footprint: &Footprint) -> Config {
+    let mut config = crate::pooled_config(max_requests, &footprint.slot());
     config.epoch_interruption(true);
     config
 }
