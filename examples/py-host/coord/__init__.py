@@ -1,0 +1,28 @@
+"""coord for Python: distributed locks, leases, ephemeral state and rate
+limits, run by the unchanged coord.wasm component on a store in memory or
+on Redis.
+
+    import coord
+
+    c = coord.Coord(store=coord.RedisStore("redis://127.0.0.1:6379"))
+    with c.lock("inventory.stock", "item:42", ttl_ms=10_000, wait_ms=2_000) as held:
+        adjust_stock(42, fence=held.fence)
+"""
+
+from .client import Coord
+from .component import Component, compile_component, find_wasm
+from .ephemeral import Entry, Event, Snapshot, Space, Watch, Written
+from .errors import (
+    Busy, CoordError, InGrace, Internal, InvalidArgument, Lost, NotHolder, Unavailable,
+)
+from .lease import HeldLease, LeaseHolder
+from .locks import HeldLock, Holder, LockContext
+from .ratelimit import Decision, Limiter
+from .store import MemoryStore, RedisStore
+
+__all__ = [
+    "Busy", "Component", "Coord", "CoordError", "Decision", "Entry", "Event", "HeldLease",
+    "HeldLock", "Holder", "InGrace", "Internal", "InvalidArgument", "LeaseHolder", "Limiter",
+    "LockContext", "Lost", "MemoryStore", "NotHolder", "RedisStore", "Snapshot", "Space",
+    "Unavailable", "Watch", "Written", "compile_component", "find_wasm",
+]

@@ -1,0 +1,75 @@
+"""Rate limits shared by every instance: the ``ratelimit`` interface, idiomatically.
+
+``decision = coord.limit(limiter, key)``; ``decision.limited`` with
+``decision.retry_after_ms`` is an HTTP 429 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .linking import field as wit_field
+from .linking import record
+
+ALGORITHMS = ("sliding-window", "fixed-window", "token-bucket")
+
+
+@dataclass(frozen=True)
+class Limiter:
+    """A limit: its name (1 to 256 bytes), ``limit`` units (1 to 10000000) per
+    ``window_ms`` (1 to 86400000), counted by ``algorithm`` (one of
+    :data:`ALGORITHMS`; ``None``: sliding window). The same id must always
+    be used with the same terms."""
+
+    id: str
+    limit: int
+    window_ms: int
+    algorithm: Optional[str] = None
+
+    def _record(self) -> Any:
+        return record(id=self.id, limit=self.limit, window_ms=self.window_ms,
+                      algorithm=self.algorithm)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A check's answer: whether the request may proceed (and was counted),
+    the limit, units left, ms until fully available, ms until a request of
+    the same cost would be allowed (0 when allowed)."""
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_in_ms: int
+    retry_after_ms: int
+
+    @property
+    def limited(self) -> bool:
+        """``not allowed``."""
+        return not self.allowed
+
+
+def _decision(r: Any) -> Decision:
+    return Decision(r.allowed, r.limit, r.remaining, wit_field(r, "reset-in-ms"),
+                    wit_field(r, "retry-after-ms"))
+
+
+class RateLimitAPI:
+    """The rate-limit methods of :class:`coord.Coord`."""
+
+    def _call(self, interface: str, name: str, *args: Any) -> Any:  # provided by Coord
+        raise NotImplementedError
+
+    def limit(self, limiter: Limiter, key: str, cost: Optional[int] = None) -> Decision:
+        """Count a request of ``cost`` units (default 1) against ``key`` if it
+        fits; a limited request counts nothing."""
+        return _decision(self._call("ratelimit", "check", limiter._record(), key, cost))
+
+    def peek_limit(self, limiter: Limiter, key: str) -> Decision:
+        """What :meth:`limit` with cost 1 would answer now, counting nothing."""
+        return _decision(self._call("ratelimit", "peek", limiter._record(), key))
+
+    def reset_limit(self, limiter: Limiter, key: str) -> None:
+        """Forget everything counted for ``key``: it has the full limit again."""
+        self._call("ratelimit", "reset", limiter._record(), key)

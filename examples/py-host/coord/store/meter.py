@@ -1,0 +1,111 @@
+"""The rate-limit meter's three algorithms as a pure function.
+
+The same integer arithmetic as component/src/meter.rs and
+host-test/src/backend/meter.lua (the Redis backend runs that script), so the
+memory store answers exactly what Redis answers. State is ``(a, b, c)``:
+
+- sliding window: current window's start, its count, the previous window's count;
+- fixed window: the window's start, its count;
+- GCRA: the theoretical arrival time ``a`` + ``b``/limit milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Tuple
+
+from .types import MeterReply, MeterRequest
+
+State = Tuple[int, int, int]
+
+
+class Decision(NamedTuple):
+    """One algorithm's answer before the mode is applied."""
+
+    allowed: bool
+    after: int  # remaining after counting (or `before` when not allowed)
+    before: int  # remaining before counting
+    reset_in: int
+    retry: int
+    counted: State  # the state with this request counted
+    ttl: int  # how long the counted state must live
+
+
+def _ceil_div(x: int, y: int) -> int:
+    return -(-x // y)
+
+
+def _sliding(state: Optional[State], l: int, w: int, n: int, now: int) -> Decision:
+    window_start = now - now % w
+    start, curr, prev = state if state else (window_start, 0, 0)
+    if start != window_start:
+        prev = curr if window_start == start + w else 0
+        curr, start = 0, window_start
+    # The estimate scaled by w: the previous window weighted by its overlap.
+    estimate = prev * (w - (now - start)) + curr * w
+    allowed = estimate + n * w <= l * w
+    before = max(l * w - estimate, 0) // w
+    after = (l * w - estimate - n * w) // w if allowed else before
+    retry = 0
+    if not allowed:
+        room = l - n - curr
+        t = start + w - (room * w) // prev if room >= 0 and prev > 0 else None
+        if t is not None and t < start + w:
+            # Within this window, as the previous window's weight decays.
+            retry = max(t - now, 0)
+        else:
+            # In the next window, as this window's count decays.
+            d = max(w - ((l - n) * w) // curr, 0) if curr > 0 else 0
+            retry = start + w + d - now
+    return Decision(allowed, after, before, start + w - now, retry,
+                    (start, curr + n, prev), start + 2 * w - now)
+
+
+def _fixed(state: Optional[State], l: int, w: int, n: int, now: int) -> Decision:
+    start = now - now % w
+    count = state[1] if state and state[0] == start else 0
+    allowed = count + n <= l
+    before = max(l - count, 0)
+    after = l - count - n if allowed else before
+    reset_in = start + w - now
+    return Decision(allowed, after, before, reset_in, 0 if allowed else reset_in,
+                    (start, count + n, 0), reset_in)
+
+
+def _gcra(state: Optional[State], l: int, w: int, n: int, now: int) -> Decision:
+    tat, frac = (state[0], state[1]) if state else (0, 0)
+    if tat < now:
+        tat, frac = now, 0
+    used = (tat - now) * l + frac  # scaled by l; each unit costs w
+    increment = n * w
+    next_tat, next_frac = tat + increment // l, frac + increment % l
+    if next_frac >= l:
+        next_tat, next_frac = next_tat + 1, next_frac - l
+    used_after = (next_tat - now) * l + next_frac
+    capacity = w * l
+    allowed = used_after <= capacity
+    before = max(capacity - used, 0) // w
+    after, occupied = ((capacity - used_after) // w, used_after) if allowed else (before, used)
+    retry = 0 if allowed else _ceil_div(used_after - capacity, l)
+    return Decision(allowed, after, before, _ceil_div(occupied, l), retry,
+                    (next_tat, next_frac, 0), _ceil_div(used_after, l))
+
+
+_ALGORITHMS = {"sliding-window": _sliding, "fixed-window": _fixed, "gcra": _gcra}
+
+
+def decide(state: Optional[State], request: MeterRequest, now: int
+           ) -> Tuple[MeterReply, Optional[Tuple[State, int]], bool]:
+    """Decide ``request`` at store time ``now`` on ``state`` (``None``: unused or expired).
+
+    Returns the reply, the state to store with its TTL (``None``: keep what
+    is stored) and whether to forget the stored state (``reset``).
+    """
+    reset = request.mode == "reset"
+    d = _ALGORITHMS[request.algorithm](None if reset else state, request.limit,
+                                       request.window_ms, request.cost, now)
+    consume = request.mode == "consume"
+    # A peek (or reset) reports what is left before this request, not after.
+    remaining = d.before if (not consume and d.allowed) else d.after
+    reply = MeterReply(d.allowed, remaining, d.reset_in, d.retry, now)
+    write = (d.counted, max(d.ttl, 1)) if consume and d.allowed and not reset else None
+    return reply, write, reset
