@@ -1,0 +1,126 @@
+// The idiomatic wrappers (coord.js) on both stores, memory and Redis:
+// withLock, the watch iterator, the rate limiter, leases, errors as
+// classes. Needs Redis at REDIS_URL; fails without it.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { useStore } from '../host-store.js';
+import { redisStore } from '../redis-store.js';
+import { REDIS_URL, dropKeys, uniquePrefix } from './redis-env.js';
+
+const prefix = uniquePrefix('coord');
+const store = redisStore(REDIS_URL, { prefix });
+useStore(store);
+const { mutex, ephemeralSpace, rateLimiter, lease, InvalidArgument, NotHolder, Unavailable } = await import('../coord.js');
+
+after(async () => {
+  await dropKeys(prefix);
+  await store.close();
+});
+
+for (const [name, backend] of [['memory', undefined], ['Redis', store]]) {
+  describe(`on the ${name} store`, () => {
+    before(() => useStore(backend));
+    wrapperTests();
+  });
+}
+
+test('an unreachable store is Unavailable from withLock, not null', async () => {
+  const stock = mutex({ id: 'inventory.stock', ttlMs: 10000, retry: { maxAttempts: 1 } });
+  const unreachable = redisStore('redis://127.0.0.1:1');
+  const previous = useStore(unreachable);
+  try {
+    await assert.rejects(stock.withLock('item:4', async () => 'ran'), (e) => e instanceof Unavailable && /redis/.test(e.reason));
+  } finally {
+    useStore(previous);
+    await unreachable.close();
+  }
+});
+
+// The same tests on whichever store `useStore` picked before them.
+function wrapperTests() {
+  test('withLock returns null when the lock is busy, without running fn', async () => {
+    const stock = mutex({ id: 'inventory.stock', ttlMs: 10000, retry: { maxAttempts: 1 } });
+    const held = stock.acquire('item:1');
+    assert.equal(typeof held.fence, 'bigint');
+    let ran = false;
+    const result = await stock.withLock('item:1', async () => {
+      ran = true;
+    });
+    assert.equal(result, null);
+    assert.equal(ran, false);
+    assert.equal(stock.release(held), true);
+  });
+
+  test('withLock keeps the lock through work longer than its TTL, same fence, then releases it', async () => {
+    const stock = mutex({ id: 'inventory.stock', ttlMs: 400, retry: { maxAttempts: 1 } });
+    let fence;
+    const result = await stock.withLock('item:2', async (lock) => {
+      fence = lock.fence;
+      await sleep(1300); // over three TTLs
+      assert.equal(lock.signal.aborted, false, 'not lost');
+      assert.equal(stock.isHeld(lock.record), true, 'still held after three TTLs');
+      assert.equal(lock.record.fence, fence, 'extending keeps the fence');
+      assert.equal(stock.acquire('item:2'), null, 'nobody else gets it');
+      assert.equal(stock.inspect('item:2').fence, fence);
+      return 'adjusted';
+    });
+    assert.equal(result, 'adjusted');
+    assert.equal(stock.inspect('item:2'), undefined, 'released afterwards');
+    const next = stock.acquire('item:2');
+    assert.ok(next.fence > fence);
+    stock.release(next);
+  });
+
+  test('withLock releases when fn throws, and rethrows', async () => {
+    const stock = mutex({ id: 'inventory.stock', ttlMs: 10000, retry: { maxAttempts: 1 } });
+    await assert.rejects(stock.withLock('item:3', async () => {
+      throw new Error('boom');
+    }), /boom/);
+    assert.equal(stock.inspect('item:3'), undefined);
+  });
+
+  test('errors are classes keeping the WIT fields', () => {
+    const stock = mutex({ id: 'inventory.stock', ttlMs: 10000, retry: { maxAttempts: 1 } });
+    assert.throws(() => stock.acquire(''), (e) => e instanceof InvalidArgument && e.field === 'resource' && e.payload.tag === 'invalid-argument');
+    assert.throws(() => mutex({ id: 'x', ttlMs: 1.5 }), (e) => e instanceof InvalidArgument && e.field === 'ttlMs');
+  });
+
+  test('a lease held by another node is NotHolder, naming the holder', () => {
+    const held = lease.acquire('inventory.primary', 'node-a', 10000);
+    assert.equal(typeof held.epoch, 'bigint');
+    assert.throws(() => lease.acquire('inventory.primary', 'node-b', 10000), (e) => e instanceof NotHolder && e.holder.node === 'node-a' && e.holder.epoch === held.epoch);
+    assert.equal(lease.resign(held), true);
+    assert.equal(lease.observe('inventory.primary'), undefined);
+  });
+
+  test('watch is an async iterable: current entries first, then changes, ending on abort', async () => {
+    const presence = ephemeralSpace({ id: 'inventory.editors', ttlMs: 30000, maxValueBytes: 4096 });
+    presence.upsert({ tenantId: 'item:1', key: 'session-a', value: { userId: 'ada' } });
+    const controller = new AbortController();
+    const seen = [];
+    for await (const event of presence.watch({ tenantId: 'item:1', signal: controller.signal, sliceMs: 200 })) {
+      seen.push(event);
+      if (event.type === 'upsert' && event.key === 'session-a') {
+        assert.equal(presence.touch({ tenantId: 'item:1', key: 'session-a' }), true);
+        presence.delete({ tenantId: 'item:1', key: 'session-a' });
+      }
+      if (event.type === 'delete') controller.abort();
+    }
+    assert.deepEqual(seen.map((e) => [e.type, e.key]), [['upsert', 'session-a'], ['delete', 'session-a']]);
+    assert.deepEqual(seen[0].value, { userId: 'ada' });
+    assert.equal(typeof seen[1].revision, 'bigint');
+    assert.deepEqual(presence.snapshot({ tenantId: 'item:1' }).entries, []);
+  });
+
+  test('a rate limiter says limited, with retry-after, and resets', () => {
+    const exports = rateLimiter({ id: 'inventory.exports', limit: 2, windowMs: 3600000, algorithm: 'token-bucket' });
+    assert.equal(exports.check('user:1').allowed, true);
+    assert.equal(exports.check('user:1').remaining, 0);
+    const limited = exports.check('user:1');
+    assert.equal(limited.limited, true);
+    assert.ok(limited.retryAfterMs > 0n);
+    exports.reset('user:1');
+    assert.equal(exports.peek('user:1').limited, false);
+  });
+}
