@@ -424,11 +424,13 @@ async fn two_serve_processes_on_one_redis_cluster_share_locks_presence_and_limit
     common::delete_prefix(&url, &acked);
 }
 
-/// `coord serve --cache-dir DIR` started, read until it listens, then
-/// stopped: its compile-cache log line's (modules loaded, modules compiled).
-fn start_with_cache(args: &[&str]) -> (u64, u64) {
+/// `coord serve --cache-dir DIR` started in `cwd`, read until it listens,
+/// then stopped: its compile-cache log line's (modules loaded, modules
+/// compiled).
+fn start_with_cache(cwd: &std::path::Path, args: &[&str]) -> (u64, u64) {
     use std::io::{BufRead, BufReader, Read};
     let mut child = Command::new(env!("CARGO_BIN_EXE_coord"))
+        .current_dir(cwd)
         .arg("serve")
         .args(args)
         .args(["--listen", "127.0.0.1:0"])
@@ -474,12 +476,22 @@ fn a_second_start_loads_the_compiled_function_from_the_cache() {
     let dir = std::env::temp_dir().join(format!("coord-cache-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let cache = dir.to_str().unwrap();
-    let (loaded, compiled) = start_with_cache(&["--cache-dir", cache]);
+    let here = std::env::temp_dir();
+    let (loaded, compiled) = start_with_cache(&here, &["--cache-dir", cache]);
     assert_eq!(loaded, 0, "an empty cache loaded something");
     assert!(compiled > 0, "the first start compiled nothing");
-    let (loaded, compiled) = start_with_cache(&["--cache-dir", cache]);
+    let (loaded, compiled) = start_with_cache(&here, &["--cache-dir", cache]);
     assert_eq!(compiled, 0, "the second start compiled again");
     assert!(loaded > 0, "the second start loaded nothing");
+
+    // A relative directory is the working directory's (wasmtime's cache
+    // takes only absolute ones: it was a warning and no cache at all).
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    start_with_cache(&work, &["--cache-dir", "relative"]);
+    let (loaded, compiled) = start_with_cache(&work, &["--cache-dir", "relative"]);
+    assert_eq!(compiled, 0, "a relative --cache-dir kept nothing");
+    assert!(loaded > 0 && work.join("relative").is_dir());
     let _ = std::fs::remove_dir_all(&dir);
 
     let untouched = dir.join("untouched");

@@ -161,14 +161,16 @@ impl ServeArgs {
         if self.no_cache {
             return None;
         }
-        if let Some(dir) = &self.cache_dir {
-            return Some(dir.clone());
-        }
         let nonempty = |name| std::env::var_os(name).filter(|v| !v.is_empty());
-        nonempty("XDG_CACHE_HOME")
-            .map(std::path::PathBuf::from)
-            .or_else(|| nonempty("HOME").map(|home| std::path::Path::new(&home).join(".cache")))
-            .map(|dir| dir.join("coord"))
+        let dir = self.cache_dir.clone().or_else(|| {
+            nonempty("XDG_CACHE_HOME")
+                .map(std::path::PathBuf::from)
+                .or_else(|| nonempty("HOME").map(|home| std::path::Path::new(&home).join(".cache")))
+                .map(|dir| dir.join("coord"))
+        })?;
+        // wasmtime's cache takes only an absolute directory (a relative one
+        // was a warning and no cache): resolve it against the working one.
+        std::path::absolute(&dir).ok()
     }
 }
 
