@@ -78,7 +78,7 @@ const editors = ephemeralSpace({ id: 'inventory.editors', ttlMs: 30000, maxValue
 editors.upsert({ tenantId: args.item, key: args.session, value: { userId: args.session } });
 const expected = args.expect.split(',').filter(Boolean);
 let seen = [];
-for (let tries = 0; tries < 300; tries += 1) {
+for (let tries = 0; tries < 1200; tries += 1) { // up to a minute: the others join after their last adjustment
   seen = editors.snapshot({ tenantId: args.item }).entries.map((e) => e.key).sort();
   if (expected.every((s) => seen.includes(s))) break;
   pause(50);
