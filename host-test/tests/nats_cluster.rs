@@ -31,22 +31,14 @@ struct Cluster {
     dir: std::path::PathBuf,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Cluster {
     fn start() -> Cluster {
         let binary = common::nats_server_binary().unwrap();
         let dir = std::env::temp_dir().join(format!("coord-nats-cluster-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let client_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let route_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let ports = common::free_ports(6).unwrap();
+        let (client_ports, route_ports) = ports.split_at(3);
         let routes = route_ports
             .iter()
             .map(|p| format!("nats://127.0.0.1:{p}"))

@@ -25,7 +25,7 @@ pub use nats_server::{NatsServer, nats_server_binary, nats_url, server_version};
 #[allow(unused_imports)]
 pub use redis_cluster::{RedisCluster, redis_cluster_url};
 #[allow(unused_imports)]
-pub use redis_server::{RedisServer, redis_url};
+pub use redis_server::{RedisServer, free_ports, redis_url};
 
 /// Where the manual clocks start: an ordinary Unix time in milliseconds.
 pub const T0: u64 = 1_750_000_000_000;

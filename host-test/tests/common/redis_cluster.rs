@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::redis_server::{env_url, port_and_dir, until_listening};
+use super::redis_server::{dir_for, env_url, free_ports, until_listening};
 
 /// How long a node may be unreachable before the cluster calls it failed
 /// (and promotes its replica): short, so failover tests take seconds.
@@ -22,6 +22,11 @@ pub const NODE_TIMEOUT_MS: u64 = 1000;
 pub struct ClusterNode {
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// Its cluster bus port. Chosen free like `port`, never Redis's default
+    /// `port + 10000`: that may be taken, and for a port above 55535 it does
+    /// not exist, so the node exits at start (CI once waited 10 s for a
+    /// node on such a port and failed).
+    bus_port: u16,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -31,6 +36,7 @@ impl ClusterNode {
         let child = Command::new("redis-server")
             .current_dir(&self.dir)
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--cluster-port", &self.bus_port.to_string()])
             .args([
                 "--cluster-enabled",
                 "yes",
@@ -50,8 +56,14 @@ impl ClusterNode {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("redis-server: {e}"))?;
-        self.child = Some(child);
-        until_listening(self.port, || None)
+        let child = self.child.insert(child);
+        until_listening(self.port, || {
+            child
+                .try_wait()
+                .ok()
+                .flatten()
+                .map(|status| format!("redis-server (cluster node) exited: {status}"))
+        })
     }
 
     /// The process id, for signals.
@@ -74,12 +86,15 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Start `masters` masters with `replicas` replicas each and join them.
     pub fn spawn(masters: usize, replicas: usize) -> Result<Self, String> {
+        let count = masters * (1 + replicas);
+        let ports = free_ports(2 * count)?;
         let mut nodes = Vec::new();
-        for _ in 0..masters * (1 + replicas) {
-            let (port, dir) = port_and_dir()?;
+        for pair in ports.chunks(2) {
+            let (port, bus_port) = (pair[0], pair[1]);
             let mut node = ClusterNode {
                 port,
-                dir,
+                bus_port,
+                dir: dir_for(port)?,
                 child: None,
             };
             node.start()?;

@@ -93,13 +93,28 @@ fn spawn_for_this_process() -> Result<String, String> {
 
 /// A free port on loopback and a fresh directory for a server on it.
 pub(super) fn port_and_dir() -> Result<(u16, PathBuf), String> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
+    let port = free_ports(1)?[0];
+    Ok((port, dir_for(port)?))
+}
+
+/// `count` distinct free ports on loopback: each stays bound until all are
+/// chosen, so the kernel cannot hand out one twice.
+pub fn free_ports(count: usize) -> Result<Vec<u16>, String> {
+    let listeners = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// A fresh directory for a server on `port`.
+pub(super) fn dir_for(port: u16) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("coord-server-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    Ok((port, dir))
+    Ok(dir)
 }
 
 /// Wait until something listens on `port`, for up to 10 s, or until
