@@ -14,7 +14,11 @@
 # OUT_DIR (default a temporary directory) for `callgrind_annotate
 # --inclusive=yes`. REDIS_SERVER picks the binary (default: redis-server on
 # PATH); Debian's is stripped, so for function names build the same version
-# from source (BENCHMARKS.md, "Instruction counts: where the time goes", gives the recipe).
+# from source, with a deb-src line for bookworm in /etc/apt/sources.list.d/:
+#
+#   apt-get source redis && cd redis-7.0.15 && make -j2 MALLOC=libc BUILD_TLS=no
+#   REDIS_SERVER=$PWD/src/redis-server host-test/src/bin/coord-bench/callgrind-redis.sh 1000 /tmp/cg
+#   callgrind_annotate --inclusive=yes /tmp/cg/callgrind.lock-pair.out | less
 set -euo pipefail
 
 n=${1:-1000}
