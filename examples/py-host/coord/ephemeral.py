@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Union
 
+from .arguments import U32, data, optional_text, optional_whole, text, whole
 from .linking import field as wit_field
 from .linking import record
 
@@ -32,7 +33,8 @@ class Space:
     max_value_bytes: int = 65_536
 
     def _record(self) -> Any:
-        return record(id=self.id, ttl_ms=self.ttl_ms, max_value_bytes=self.max_value_bytes)
+        return record(id=text("space.id", self.id), ttl_ms=whole("space.ttl-ms", self.ttl_ms),
+                      max_value_bytes=whole("space.max-value-bytes", self.max_value_bytes, U32))
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,6 @@ def _event(v: Any) -> Event:
     return Event("resync-required")
 
 
-def _bytes(value: Bytes) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
-
-
 class Watch:
     """A watch of one tenant: an iterator of :class:`Event`, in revision order.
 
@@ -131,7 +129,8 @@ class Watch:
         ``None`` when that time passed on the store's clock with none."""
         if self._closed:
             raise ValueError("the watch is closed")
-        event = self._coord._call("ephemeral", "[method]watcher.next", self._watcher, timeout_ms)
+        event = self._coord._call("ephemeral", "[method]watcher.next", self._watcher,
+                                  whole("timeout-ms", timeout_ms))
         return None if event is None else _event(event)
 
     def __iter__(self) -> Iterator[Event]:
@@ -179,7 +178,8 @@ class EphemeralAPI:
     def put(self, space: Space, tenant: str, key: str, value: Bytes) -> Written:
         """Create or replace an entry (a ``str`` value is stored as UTF-8); it
         expires ``space.ttl_ms`` from now."""
-        w = self._call("ephemeral", "upsert", space._record(), tenant, key, _bytes(value))
+        w = self._call("ephemeral", "upsert", space._record(), text("tenant", tenant),
+                       text("key", key), data("value", value))
         return Written(w.revision, wit_field(w, "updated-at"))
 
     def get(self, space: Space, tenant: str, key: str) -> Optional[Entry]:
@@ -191,11 +191,13 @@ class EphemeralAPI:
 
     def touch(self, space: Space, tenant: str, key: str) -> bool:
         """Renew an entry's TTL (no event); ``False`` when it is gone: recreate it."""
-        return self._call("ephemeral", "touch", space._record(), tenant, key)
+        return self._call("ephemeral", "touch", space._record(), text("tenant", tenant),
+                          text("key", key))
 
     def delete(self, space: Space, tenant: str, key: str) -> bool:
         """Remove an entry; ``False`` when it did not exist."""
-        return self._call("ephemeral", "delete", space._record(), tenant, key)
+        return self._call("ephemeral", "delete", space._record(), text("tenant", tenant),
+                          text("key", key))
 
     def list(self, space: Space, tenant: str, prefix: str = "") -> List[Entry]:
         """The live entries whose keys start with ``prefix``, in key order."""
@@ -203,7 +205,8 @@ class EphemeralAPI:
 
     def snapshot(self, space: Space, tenant: str, prefix: Optional[str] = None) -> Snapshot:
         """The live entries (with ``prefix``) and the tenant's revision, atomically."""
-        s = self._call("ephemeral", "snapshot", space._record(), tenant, prefix or None)
+        s = self._call("ephemeral", "snapshot", space._record(), text("tenant", tenant),
+                       optional_text("prefix", prefix) or None)
         return Snapshot([_entry(e) for e in s.entries], s.revision)
 
     def watch(self, space: Space, tenant: str, prefix: Optional[str] = None,
@@ -212,5 +215,7 @@ class EphemeralAPI:
         entries come first, as upserts; with it (a snapshot's or a watch's
         revision) only the changes after it. Iterating waits up to
         ``timeout_ms`` for each event, for ever when ``None``."""
-        watcher = self._call("ephemeral", "watch", space._record(), tenant, prefix or None, after)
-        return Watch(self, watcher, timeout_ms)
+        watcher = self._call("ephemeral", "watch", space._record(), text("tenant", tenant),
+                             optional_text("prefix", prefix) or None,
+                             optional_whole("after", after))
+        return Watch(self, watcher, optional_whole("timeout-ms", timeout_ms))

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .errors import NotHolder
+from .arguments import text, whole
+from .errors import InvalidArgument, NotHolder
 from .linking import field as wit_field
 from .linking import record
 
@@ -38,8 +39,18 @@ class HeldLease:
     writable_at: int
 
     def _record(self) -> Any:
-        return record(name=self.name, node=self.node, epoch=self.epoch, ttl_ms=self.ttl_ms,
-                      expires_at=self.expires_at, writable_at=self.writable_at)
+        return record(name=text("lease.name", self.name), node=text("lease.node", self.node),
+                      epoch=whole("lease.epoch", self.epoch),
+                      ttl_ms=whole("lease.ttl-ms", self.ttl_ms),
+                      expires_at=whole("lease.expires-at", self.expires_at),
+                      writable_at=whole("lease.writable-at", self.writable_at))
+
+
+def _lease_record(lease: Any) -> Any:
+    """``lease`` as the WIT ``held-lease``, each field checked."""
+    if not isinstance(lease, HeldLease):
+        raise InvalidArgument("lease", f"must be a HeldLease, not {type(lease).__name__}")
+    return lease._record()
 
 
 def _lease(r: Any) -> HeldLease:
@@ -68,21 +79,22 @@ class LeaseAPI:
     def acquire_lease(self, name: str, node: str, ttl_ms: int) -> HeldLease:
         """Acquire, adopt (``node`` already holds it) or take over (in its grace)
         lease ``name``; :class:`~coord.errors.NotHolder` when another node holds it."""
-        return _lease(self._lease_call("acquire", name, node, ttl_ms))
+        return _lease(self._lease_call("acquire", text("name", name), text("node", node),
+                                       whole("ttl-ms", ttl_ms)))
 
     def renew_lease(self, lease: HeldLease) -> HeldLease:
         """Renew for its TTL from the store's now, if still held at its epoch."""
-        return _lease(self._lease_call("renew", lease._record()))
+        return _lease(self._lease_call("renew", _lease_record(lease)))
 
     def check_lease(self, lease: HeldLease) -> HeldLease:
         """The commit-point check before a write: the lease as the store has it,
         or :class:`~coord.errors.NotHolder` / :class:`~coord.errors.InGrace`."""
-        return _lease(self._lease_call("check", lease._record()))
+        return _lease(self._lease_call("check", _lease_record(lease)))
 
     def resign_lease(self, lease: HeldLease) -> bool:
         """Give the lease up; ``False`` when this node no longer held it at this epoch."""
-        return self._lease_call("resign", lease._record())
+        return self._lease_call("resign", _lease_record(lease))
 
     def observe_lease(self, name: str) -> Optional[LeaseHolder]:
         """Who holds ``name``, if anyone. Reads only."""
-        return _holder(self._lease_call("observe", name))
+        return _holder(self._lease_call("observe", text("name", name)))

@@ -15,7 +15,8 @@ from typing import Any, Dict, Optional
 
 from wasmtime.component import Variant
 
-from .errors import Busy, CoordError, Lost
+from .arguments import U32, optional_whole, text, whole
+from .errors import Busy, CoordError, InvalidArgument, Lost
 from .linking import field as wit_field
 from .linking import record
 
@@ -100,10 +101,15 @@ def _wait_policy(wait_ms: Optional[int], attempts: Optional[int],
     if attempts is not None:
         if wait_ms is not None:
             raise TypeError("pass wait_ms or attempts, not both")
-        retry = record(max_attempts=attempts, delay_ms=200 if delay_ms is None else delay_ms)
+        retry = record(max_attempts=whole("options.wait.attempts.max-attempts", attempts, U32),
+                       delay_ms=whole("options.wait.attempts.delay-ms",
+                                      200 if delay_ms is None else delay_ms))
         return Variant("some", retry)
+    if delay_ms is not None:
+        raise TypeError("delay_ms goes with attempts")
     if wait_ms is None:
         return Variant("none")
+    wait_ms = whole("options.wait.timeout", wait_ms)
     return Variant("some", None if wait_ms == 0 else wait_ms)
 
 
@@ -159,8 +165,10 @@ class LockAPI:
         :class:`~coord.errors.Unavailable` when the store did not answer
         (never ``Busy`` then).
         """
-        options = record(ttl_ms=ttl_ms, wait=_wait_policy(wait_ms, attempts, delay_ms))
-        outcome = self._call("lock", "acquire", id, resource, options)
+        options = record(ttl_ms=optional_whole("options.ttl-ms", ttl_ms),
+                         wait=_wait_policy(wait_ms, attempts, delay_ms))
+        outcome = self._call("lock", "acquire", text("id", id), text("resource", resource),
+                             options)
         if outcome.tag == "busy":
             raise Busy(_holder(outcome.payload))
         return self._held(outcome.payload)
@@ -176,7 +184,8 @@ class LockAPI:
         when this owner no longer holds it."""
         # extend-outcome is untagged in wasmtime-py (see _wait_policy): the
         # extended lock's record, or None for `lost`.
-        outcome = self._call("lock", "extend", _held_record(lock), ttl_ms)
+        outcome = self._call("lock", "extend", _held_record(lock),
+                             optional_whole("ttl-ms", ttl_ms))
         if outcome is None:
             raise Lost(f"lock {lock.id}/{lock.resource} at fence {lock.fence} is no longer held")
         return self._held(outcome)
@@ -187,13 +196,13 @@ class LockAPI:
 
     def inspect(self, id: str, resource: str) -> Optional[Holder]:
         """Who holds the lock now, if anyone. Reads only."""
-        holder = self._call("lock", "inspect", id, resource)
+        holder = self._call("lock", "inspect", text("id", id), text("resource", resource))
         return None if holder is None else _holder(holder)
 
     def force_release(self, id: str, resource: str) -> bool:
         """Free the lock whoever holds it (an operator's action); ``True`` when a
         holder was removed."""
-        return self._call("lock", "force-release", id, resource)
+        return self._call("lock", "force-release", text("id", id), text("resource", resource))
 
     def _held(self, r: Any) -> HeldLock:
         return HeldLock(id=r.id, resource=r.resource, owner=r.owner, fence=r.fence,
@@ -202,5 +211,11 @@ class LockAPI:
 
 
 def _held_record(lock: HeldLock) -> Any:
-    return record(id=lock.id, resource=lock.resource, owner=lock.owner, fence=lock.fence,
-                  ttl_ms=lock.ttl_ms, expires_at=lock.expires_at)
+    """``lock`` as the WIT ``held-lock``, each field checked (it may come from
+    :meth:`HeldLock.from_dict` on data that crossed a process boundary)."""
+    if not isinstance(lock, HeldLock):
+        raise InvalidArgument("lock", f"must be a HeldLock, not {type(lock).__name__}")
+    return record(id=text("lock.id", lock.id), resource=text("lock.resource", lock.resource),
+                  owner=text("lock.owner", lock.owner), fence=whole("lock.fence", lock.fence),
+                  ttl_ms=whole("lock.ttl-ms", lock.ttl_ms),
+                  expires_at=whole("lock.expires-at", lock.expires_at))

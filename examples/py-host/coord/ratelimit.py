@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .arguments import U32, one_of, optional_whole, text, whole
 from .linking import field as wit_field
 from .linking import record
 
@@ -28,8 +29,10 @@ class Limiter:
     algorithm: Optional[str] = None
 
     def _record(self) -> Any:
-        return record(id=self.id, limit=self.limit, window_ms=self.window_ms,
-                      algorithm=self.algorithm)
+        algorithm = None if self.algorithm is None else one_of("limiter.algorithm",
+                                                                self.algorithm, ALGORITHMS)
+        return record(id=text("limiter.id", self.id), limit=whole("limiter.limit", self.limit, U32),
+                      window_ms=whole("limiter.window-ms", self.window_ms), algorithm=algorithm)
 
 
 @dataclass(frozen=True)
@@ -64,12 +67,13 @@ class RateLimitAPI:
     def limit(self, limiter: Limiter, key: str, cost: Optional[int] = None) -> Decision:
         """Count a request of ``cost`` units (default 1) against ``key`` if it
         fits; a limited request counts nothing."""
-        return _decision(self._call("ratelimit", "check", limiter._record(), key, cost))
+        return _decision(self._call("ratelimit", "check", limiter._record(), text("key", key),
+                                    optional_whole("cost", cost, U32)))
 
     def peek_limit(self, limiter: Limiter, key: str) -> Decision:
         """What :meth:`limit` with cost 1 would answer now, counting nothing."""
-        return _decision(self._call("ratelimit", "peek", limiter._record(), key))
+        return _decision(self._call("ratelimit", "peek", limiter._record(), text("key", key)))
 
     def reset_limit(self, limiter: Limiter, key: str) -> None:
         """Forget everything counted for ``key``: it has the full limit again."""
-        self._call("ratelimit", "reset", limiter._record(), key)
+        self._call("ratelimit", "reset", limiter._record(), text("key", key))
