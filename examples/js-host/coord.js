@@ -3,36 +3,44 @@
 // runs, ephemeral state with an async-iterable watch, and a rate limiter.
 // Errors are the classes of errors.js; contention is a value (null, false,
 // `limited`), never an exception. Fences, revisions and store times are
-// bigints; durations may be given as numbers or bigints.
+// bigints; durations and counts may be given as numbers or bigints.
+//
+// Every argument is checked before it reaches jco (arguments.js): one of
+// the wrong type, or outside its WIT type's range, throws `InvalidArgument`
+// naming the field as the WIT spells it (`options.ttl-ms`), so the value
+// the component sees is the value the caller passed, never a wrapped one.
 //
 // The component is synchronous: a call that waits (an acquire with a wait
 // policy, a watch's next) blocks this thread for as long as it waits.
 
 import { lock as locks, ephemeral, ratelimit, lease as leases } from './dist/coord.js';
-import { InvalidArgument, Unavailable, translated } from './errors.js';
+import { Unavailable, translated } from './errors.js';
+import * as arg from './arguments.js';
 
 export * from './errors.js';
 
-// A duration option as the bigint the component takes; `field` names it in the error.
-function millis(field, value) {
-  if (typeof value === 'bigint' && value >= 0n) return value;
-  if (Number.isSafeInteger(value) && value >= 0) return BigInt(value);
-  throw new InvalidArgument(field, `must be a whole number of milliseconds, got ${String(value)}`);
-}
+// Whether an optional option was given (undefined and null leave it out).
+const given = (value) => value !== undefined && value !== null;
 
-const optionalMillis = (field, value) => (value === undefined ? undefined : millis(field, value));
+// setInterval's longest delay: it runs a longer one after 1 ms.
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 // The WIT wait policy for `retry` ({maxAttempts, delayMs}) or `timeoutMs`;
 // undefined leaves the component's default (11 attempts, 200 ms apart).
 function waitPolicy({ retry, timeoutMs }) {
-  if (retry !== undefined && timeoutMs !== undefined) {
-    throw new InvalidArgument('retry', 'give either retry or timeoutMs, not both');
+  if (given(retry) && given(timeoutMs)) {
+    throw arg.invalid('options.wait', 'give either retry or timeoutMs, not both');
   }
-  if (timeoutMs !== undefined) return { tag: 'timeout', val: millis('timeoutMs', timeoutMs) };
-  if (retry === undefined) return undefined;
-  const maxAttempts = retry.maxAttempts ?? 11;
-  if (!Number.isSafeInteger(maxAttempts)) throw new InvalidArgument('retry.maxAttempts', 'must be a whole number');
-  return { tag: 'attempts', val: { maxAttempts, delayMs: millis('retry.delayMs', retry.delayMs ?? 200) } };
+  if (given(timeoutMs)) return { tag: 'timeout', val: arg.u64('options.wait.timeout', timeoutMs) };
+  if (!given(retry)) return undefined;
+  const { maxAttempts, delayMs } = arg.options('options.wait.attempts', retry);
+  return {
+    tag: 'attempts',
+    val: {
+      maxAttempts: arg.u32('options.wait.attempts.max-attempts', maxAttempts ?? 11),
+      delayMs: arg.u64('options.wait.attempts.delay-ms', delayMs ?? 200),
+    },
+  };
 }
 
 /**
@@ -41,48 +49,57 @@ function waitPolicy({ retry, timeoutMs }) {
  * unless extended; `retry` ({maxAttempts, delayMs}) or `timeoutMs` says how
  * long to wait for a held lock (default: 11 attempts, 200 ms apart).
  */
-export function mutex({ id, ttlMs = 30000, retry, timeoutMs } = {}) {
-  const defaults = { ttlMs: millis('ttlMs', ttlMs), retry, timeoutMs };
+export function mutex(options) {
+  const { id, ttlMs, retry, timeoutMs } = arg.options('options', options);
+  arg.string('id', id);
+  const defaults = { ttlMs: arg.u64('options.ttl-ms', ttlMs ?? 30000), wait: waitPolicy({ retry, timeoutMs }) };
 
   /**
    * Acquire the lock on `resource`: the held-lock record (plain data with a
    * bigint `fence`), or null when another holder kept it. Options override
    * the mutex's `ttlMs`, `retry`, `timeoutMs`.
    */
-  function acquire(resource, options = {}) {
-    const ttl = options.ttlMs === undefined ? defaults.ttlMs : millis('ttlMs', options.ttlMs);
-    const overrides = options.retry !== undefined || options.timeoutMs !== undefined;
-    const wait = waitPolicy(overrides ? options : defaults);
-    const outcome = translated(() => locks.acquire(id, resource, { ttlMs: ttl, wait }));
+  function acquire(resource, options) {
+    arg.string('resource', resource);
+    const opts = arg.options('options', options);
+    const ttlMs = given(opts.ttlMs) ? arg.u64('options.ttl-ms', opts.ttlMs) : defaults.ttlMs;
+    const wait = given(opts.retry) || given(opts.timeoutMs) ? waitPolicy(opts) : defaults.wait;
+    const outcome = translated(() => locks.acquire(id, resource, { ttlMs, wait }));
     return outcome.tag === 'acquired' ? outcome.val : null;
   }
 
   /** Release a held lock: true when this call freed it, false when it was no longer held. */
   function release(held) {
-    return translated(() => locks.release(held));
+    const lock = arg.heldLock(held);
+    return translated(() => locks.release(lock));
   }
 
   /**
    * Push a held lock's expiry to `ttlMs` (default: its own TTL) from now:
    * the updated record (same fence), or null when the lock was lost.
    */
-  function extend(held, { ttlMs: ttl } = {}) {
-    const outcome = translated(() => locks.extend(held, optionalMillis('ttlMs', ttl)));
+  function extend(held, options) {
+    const lock = arg.heldLock(held);
+    const ttlMs = arg.optional(arg.u64, 'ttl-ms', arg.options('options', options).ttlMs);
+    const outcome = translated(() => locks.extend(lock, ttlMs));
     return outcome.tag === 'extended' ? outcome.val : null;
   }
 
   /** Whether `held` still holds its lock (the commit-point check). */
   function isHeld(held) {
-    return translated(() => locks.isHeld(held));
+    const lock = arg.heldLock(held);
+    return translated(() => locks.isHeld(lock));
   }
 
   /** Who holds `resource`'s lock: {fence, remainingMs}, or undefined. */
   function inspect(resource) {
+    arg.string('resource', resource);
     return translated(() => locks.inspect(id, resource));
   }
 
   /** Free `resource`'s lock whoever holds it (an operator's action); true when a holder was removed. */
   function forceRelease(resource) {
+    arg.string('resource', resource);
     return translated(() => locks.forceRelease(id, resource));
   }
 
@@ -90,8 +107,9 @@ export function mutex({ id, ttlMs = 30000, retry, timeoutMs } = {}) {
    * Run `fn` holding the lock on `resource`; returns what `fn` returns, or
    * null when the lock could not be acquired (busy: `fn` did not run).
    * While `fn` runs, the lock is extended every `refreshMs` (default a
-   * third of the TTL), so work longer than the TTL keeps it with the same
-   * fence; afterwards it is released, whether `fn` returned or threw.
+   * third of the TTL; 1 to 2147483647, setInterval's longest delay), so
+   * work longer than the TTL keeps it with the same fence; afterwards it
+   * is released, whether `fn` returned or threw.
    *
    * `fn(lock)` gets `lock.fence` (a bigint: present it at the write
    * boundary), `lock.record` (the held-lock record as last extended) and
@@ -101,14 +119,19 @@ export function mutex({ id, ttlMs = 30000, retry, timeoutMs } = {}) {
    * loop, so `fn` must await (not block) for it to happen. A release the
    * store does not answer is left to the TTL rather than thrown.
    */
-  async function withLock(resource, fn, options = {}) {
-    // Checked before acquiring, so a bad option leaves no lock behind.
-    const refreshMs = options.refreshMs === undefined ? undefined : Number(millis('refreshMs', options.refreshMs));
-    const held = acquire(resource, options);
+  async function withLock(resource, fn, options) {
+    // Checked before acquiring, so a bad argument leaves no lock behind.
+    arg.callable('fn', fn);
+    const opts = arg.options('options', options);
+    const refreshMs = arg.optional(arg.u64, 'options.refresh-ms', opts.refreshMs);
+    if (refreshMs !== undefined && (refreshMs < 1n || refreshMs > BigInt(MAX_TIMER_MS))) {
+      throw arg.invalid('options.refresh-ms', `must be from 1 to ${MAX_TIMER_MS} (setInterval's longest delay), got ${arg.describe(opts.refreshMs)}`);
+    }
+    const held = acquire(resource, opts);
     if (held === null) return null;
     let current = held;
     const controller = new AbortController();
-    const everyMs = refreshMs ?? Math.max(1, Math.floor(Number(held.ttlMs) / 3));
+    const everyMs = refreshMs === undefined ? Math.min(MAX_TIMER_MS, Math.max(1, Math.floor(Number(held.ttlMs) / 3))) : Number(refreshMs);
     // The local time by which the lock has surely expired without an extend.
     let expiresBy = Date.now() + Number(held.ttlMs);
     const refresh = setInterval(() => {
@@ -157,9 +180,24 @@ export function mutex({ id, ttlMs = 30000, retry, timeoutMs } = {}) {
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
+
+// A JSON value as bytes: what JSON.stringify gives, or `InvalidArgument`
+// (`value`) for what it cannot encode (a cycle, a bigint) or encodes as
+// nothing (undefined, a function, a symbol), which would store 0 bytes.
+function jsonBytes(value) {
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch (e) {
+    throw arg.invalid('value', `cannot be encoded as JSON: ${e.message}`, e);
+  }
+  if (text === undefined) throw arg.invalid('value', `has no JSON form, got ${arg.describe(value)}`);
+  return encoder.encode(text);
+}
+
 const codecs = {
-  json: { encode: (v) => encoder.encode(JSON.stringify(v)), decode: (b) => JSON.parse(decoder.decode(b)) },
-  bytes: { encode: (v) => v, decode: (b) => b },
+  json: { encode: jsonBytes, decode: (b) => JSON.parse(decoder.decode(b)) },
+  bytes: { encode: (v) => arg.bytes('value', v), decode: (b) => b },
 };
 
 // A WIT entry with its value decoded.
@@ -180,29 +218,46 @@ function eventOf(codec, event) {
  * last upsert or touch. `maxValueBytes` bounds an encoded value; `encoding`
  * is `json` (the default: values are JSON) or `bytes` (Uint8Arrays as they are).
  */
-export function ephemeralSpace({ id, ttlMs, maxValueBytes, encoding = 'json' }) {
-  const codec = codecs[encoding];
-  if (!codec) throw new InvalidArgument('encoding', `must be json or bytes, got ${encoding}`);
-  const space = { id, ttlMs: millis('ttlMs', ttlMs), maxValueBytes };
+export function ephemeralSpace(options) {
+  const { id, ttlMs, maxValueBytes, encoding } = arg.options('space', options);
+  const codec = codecs[arg.oneOf('encoding', encoding ?? 'json', Object.keys(codecs))];
+  const space = {
+    id: arg.string('space.id', id),
+    ttlMs: arg.u64('space.ttl-ms', ttlMs),
+    maxValueBytes: arg.u32('space.max-value-bytes', maxValueBytes),
+  };
+
+  // The checked tenant and key of an entry call's arguments.
+  function entryKey({ tenantId, key }) {
+    return [arg.string('tenant', tenantId), arg.string('key', key)];
+  }
 
   /** Create or replace `key` of `tenantId`: {revision, updatedAt}. */
-  function upsert({ tenantId, key, value }) {
-    return translated(() => ephemeral.upsert(space, tenantId, key, codec.encode(value)));
+  function upsert(args) {
+    const named = arg.options('options', args);
+    const [tenant, key] = entryKey(named);
+    const value = codec.encode(named.value);
+    return translated(() => ephemeral.upsert(space, tenant, key, value));
   }
 
   /** Renew `key`'s TTL; false when it no longer exists (recreate it). */
-  function touch({ tenantId, key }) {
-    return translated(() => ephemeral.touch(space, tenantId, key));
+  function touch(args) {
+    const [tenant, key] = entryKey(arg.options('options', args));
+    return translated(() => ephemeral.touch(space, tenant, key));
   }
 
   /** Remove `key`; false when it did not exist. */
-  function remove({ tenantId, key }) {
-    return translated(() => ephemeral.delete(space, tenantId, key));
+  function remove(args) {
+    const [tenant, key] = entryKey(arg.options('options', args));
+    return translated(() => ephemeral.delete(space, tenant, key));
   }
 
   /** The live entries (under `prefix`, if given) and the tenant's revision. */
-  function snapshot({ tenantId, prefix }) {
-    const s = translated(() => ephemeral.snapshot(space, tenantId, prefix));
+  function snapshot(args) {
+    const { tenantId, prefix } = arg.options('options', args);
+    const tenant = arg.string('tenant', tenantId);
+    const under = arg.optional(arg.string, 'prefix', prefix);
+    const s = translated(() => ephemeral.snapshot(space, tenant, under));
     return { entries: s.entries.map((e) => entryOf(codec, e)), revision: s.revision };
   }
 
@@ -212,12 +267,24 @@ export function ephemeralSpace({ id, ttlMs, maxValueBytes, encoding = 'json' }) 
    * revision, at}, {type: 'resync-required'}). Without `after`, the current
    * entries come first as upserts. Ends after `resync-required` (reopen
    * without `after`), when `signal` aborts, or when the loop breaks. Each
-   * step blocks this thread for at most `sliceMs` (default 1000) waiting
-   * for an event, then yields to the event loop.
+   * step blocks this thread for at most `sliceMs` (default 1000; the
+   * watcher's `timeout-ms`, 0 to 600000) waiting for an event, then yields
+   * to the event loop. Bad arguments throw here, not at the first step.
    */
-  async function* watch({ tenantId, prefix, after, signal, sliceMs = 1000 }) {
-    const slice = millis('sliceMs', sliceMs);
-    const watcher = translated(() => ephemeral.watch(space, tenantId, prefix, optionalMillis('after', after)));
+  function watch(args) {
+    const { tenantId, prefix, after, signal, sliceMs } = arg.options('options', args);
+    return watching({
+      tenant: arg.string('tenant', tenantId),
+      prefix: arg.optional(arg.string, 'prefix', prefix),
+      after: arg.optional(arg.u64, 'after', after),
+      signal: arg.signal('signal', signal),
+      slice: arg.u64('timeout-ms', sliceMs ?? 1000),
+    });
+  }
+
+  // The watch, on checked arguments.
+  async function* watching({ tenant, prefix, after, signal, slice }) {
+    const watcher = translated(() => ephemeral.watch(space, tenant, prefix, after));
     try {
       while (!signal?.aborted) {
         const event = translated(() => watcher.next(slice));
@@ -238,27 +305,40 @@ export function ephemeralSpace({ id, ttlMs, maxValueBytes, encoding = 'json' }) 
   return { id, upsert, touch, delete: remove, snapshot, watch };
 }
 
+// wit/ratelimit.wit's `algorithm` cases.
+const ALGORITHMS = ['sliding-window', 'fixed-window', 'token-bucket'];
+
 /**
  * A rate limiter named `id`: `limit` requests (cost units) per `windowMs`,
  * counted by `algorithm` (`sliding-window`, the default, `fixed-window` or
  * `token-bucket`), shared by every host on the store.
  */
-export function rateLimiter({ id, limit, windowMs, algorithm }) {
-  const limiter = { id, limit, windowMs: millis('windowMs', windowMs), algorithm };
+export function rateLimiter(options) {
+  const { id, limit, windowMs, algorithm } = arg.options('limiter', options);
+  const limiter = {
+    id: arg.string('limiter.id', id),
+    limit: arg.u32('limiter.limit', limit),
+    windowMs: arg.u64('limiter.window-ms', windowMs),
+    algorithm: arg.optional((field, value) => arg.oneOf(field, value, ALGORITHMS), 'limiter.algorithm', algorithm),
+  };
   const decision = (d) => ({ ...d, limited: !d.allowed });
 
   /** Count a request of `cost` (default 1) against `key` if it fits: {allowed, limited, limit, remaining, resetInMs, retryAfterMs}. */
-  function check(key, { cost } = {}) {
+  function check(key, options) {
+    arg.string('key', key);
+    const cost = arg.optional(arg.u32, 'cost', arg.options('options', options).cost);
     return decision(translated(() => ratelimit.check(limiter, key, cost)));
   }
 
   /** What check(key) would answer now, counting nothing. */
   function peek(key) {
+    arg.string('key', key);
     return decision(translated(() => ratelimit.peek(limiter, key)));
   }
 
   /** Forget what was counted for `key`. */
   function reset(key) {
+    arg.string('key', key);
     translated(() => ratelimit.reset(limiter, key));
   }
 
@@ -268,17 +348,33 @@ export function rateLimiter({ id, limit, windowMs, algorithm }) {
 /**
  * Single-writer leases (wit/lease.wit) with errors as classes: `NotHolder`,
  * `InGrace`, `Unavailable`, `InvalidArgument`. Records pass through as jco
- * gives them (epochs and times as bigints).
+ * gives them (epochs and times as bigints); a held lease given back is
+ * checked field by field (`lease.epoch`), a number field becoming a bigint.
  */
 export const lease = {
   /** Acquire, adopt or take over `name` for `node`: the held lease. */
-  acquire: (name, node, ttlMs) => translated(() => leases.acquire(name, node, millis('ttlMs', ttlMs))),
+  acquire(name, node, ttlMs) {
+    const args = [arg.string('name', name), arg.string('node', node), arg.u64('ttl-ms', ttlMs)];
+    return translated(() => leases.acquire(...args));
+  },
   /** Renew a held lease for its TTL from now. */
-  renew: (held) => translated(() => leases.renew(held)),
+  renew(held) {
+    const record = arg.heldLease(held);
+    return translated(() => leases.renew(record));
+  },
   /** The commit-point check before a write: the lease as the store has it, or a throw. */
-  check: (held) => translated(() => leases.check(held)),
+  check(held) {
+    const record = arg.heldLease(held);
+    return translated(() => leases.check(record));
+  },
   /** Give the lease up: true when this call gave it up. */
-  resign: (held) => translated(() => leases.resign(held)),
+  resign(held) {
+    const record = arg.heldLease(held);
+    return translated(() => leases.resign(record));
+  },
   /** Who holds `name`, if anyone. */
-  observe: (name) => translated(() => leases.observe(name)),
+  observe(name) {
+    arg.string('name', name);
+    return translated(() => leases.observe(name));
+  },
 };

@@ -83,7 +83,7 @@ function wrapperTests() {
   test('errors are classes keeping the WIT fields', () => {
     const stock = mutex({ id: 'inventory.stock', ttlMs: 10000, retry: { maxAttempts: 1 } });
     assert.throws(() => stock.acquire(''), (e) => e instanceof InvalidArgument && e.field === 'resource' && e.payload.tag === 'invalid-argument');
-    assert.throws(() => mutex({ id: 'x', ttlMs: 1.5 }), (e) => e instanceof InvalidArgument && e.field === 'ttlMs');
+    assert.throws(() => mutex({ id: 'x', ttlMs: 1.5 }), (e) => e instanceof InvalidArgument && e.field === 'options.ttl-ms');
   });
 
   test('a lease held by another node is NotHolder, naming the holder', () => {
