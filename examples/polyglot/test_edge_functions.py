@@ -213,12 +213,20 @@ def test_presence_lists_editors_and_forgets_them_after_their_ttl(fn):
         ("PUT", "/items/a/editors/s?ttl_ms=5", {"name": "ann"}, {}, "ttl_ms"),
         ("DELETE", "/items/a/lock", {"fence": "1"}, {}, "body.owner"),
         ("DELETE", "/items/a/lock", {"owner": "00", "fence": "x"}, {}, "body.fence"),
+        # Each of these once made the Python function raise past its handler.
+        ("DELETE", "/items/a/lock", b'{"owner": "00", "fence": 1e400}', {}, "body.fence"),
+        # JavaScript strings carry the lone surrogate to coord, which refuses
+        # the owner token; Python refuses it first.
+        ("DELETE", "/items/a/lock", b'{"owner": "\\ud800", "fence": "1"}', {},
+         ("body.owner", "lock.owner")),
+        ("DELETE", "/items/a/lock", b'["owner"]', {}, "body.owner"),
+        ("PUT", "/items/a/editors/s", b"[" * 10_000, {}, "body"),
     ],
 )
 def test_bad_input_is_400_naming_the_field(fn, method, path, body, headers, field):
     status, reply, _ = fn.request(method, path, body=body, headers=headers)
     assert status == 400, reply
-    assert reply["field"] == field, reply
+    assert reply["field"] in (field if isinstance(field, tuple) else (field,)), reply
     assert reply["error"]
 
 

@@ -46,6 +46,8 @@ EDITORS_ID = "inventory.editors"
 EDITOR_TTL_MS = 30_000
 MIN_EDITOR_TTL_MS, MAX_EDITOR_TTL_MS = 100, 300_000
 MAX_EDITOR_BYTES = 4096
+# The deepest JSON body accepted (see json_depth).
+MAX_JSON_DEPTH = 64
 
 
 class IncomingHandler(exports.IncomingHandler):
@@ -112,10 +114,39 @@ def int_param(req, name, *, low, high, default=None):
 
 
 def json_body(req):
+    if json_depth(req.body) > MAX_JSON_DEPTH:
+        raise BadRequest(error(400, "body", f"nested deeper than {MAX_JSON_DEPTH}"))
     try:
         return json.loads(req.body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadRequest(error(400, "body", "not JSON"))
+
+
+def json_depth(body):
+    """How deep `body`'s arrays and objects nest, strings skipped.
+
+    Checked before parsing: CPython's parser recurses once a level, and a
+    16 KB body of `[` outruns the wasm stack before Python's own recursion
+    limit, trapping the function instead of raising.
+    """
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # closing quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
 
 
 # --- stock under a fenced lock -------------------------------------------------
@@ -211,11 +242,15 @@ def hold(req, item):
 
 def release(req, item):
     body = json_body(req)
-    if not isinstance(body, dict) or not isinstance(body.get("owner"), str):
+    owner = body.get("owner") if isinstance(body, dict) else None
+    if not isinstance(owner, str) or not owner.isascii():
+        # Owner tokens are hex; a JSON "\ud800" would not even lower to WIT.
         return error(400, "body.owner", "the held lock's owner token")
+    fence = body.get("fence")
     try:
-        fence = int(body.get("fence"))
-    except (TypeError, ValueError):
+        # A decimal string (or a JSON integer): never a float, a bool or 1e400.
+        fence = int(fence) if isinstance(fence, str) or type(fence) is int else 0
+    except ValueError:
         fence = 0
     if not 1 <= fence < 2**64:
         return error(400, "body.fence", "the held lock's fence, a decimal string")
