@@ -353,24 +353,29 @@ async fn a_function_composed_by_coord_compose_is_served_as_it_is() {
 /// script beside the other guests.
 const HELLO_FUNCTION: &str = concat!(env!("OUT_DIR"), "/hello-fn.wasm");
 
+/// `GET path` on a connection of its own, the whole reply as text (within
+/// [`common::bounded`]'s limit).
+async fn get_raw(serve: &Serve, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(&serve.address)
+        .await
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    common::bounded(stream.read_to_string(&mut reply))
+        .await
+        .unwrap();
+    reply
+}
+
 #[tokio::test]
 async fn a_plain_wasi_http_function_without_coord_is_served_as_it_is() {
     // What the runtime benchmark serves from `coord serve` and `wasmtime
     // serve` alike: it imports nothing of coord's, so nothing is composed.
     let serve = Serve::start(&[HELLO_FUNCTION]);
     for _ in 0..3 {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(&serve.address)
-            .await
-            .unwrap();
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut reply = String::new();
-        common::bounded(stream.read_to_string(&mut reply))
-            .await
-            .unwrap();
+        let reply = get_raw(&serve, "/").await;
         assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
         assert!(
             reply.to_ascii_lowercase().contains("content-length: 5"),
@@ -378,6 +383,35 @@ async fn a_plain_wasi_http_function_without_coord_is_served_as_it_is() {
         );
         assert!(reply.ends_with("\r\n\r\nhello"), "{reply}");
     }
+}
+
+#[tokio::test]
+async fn a_pool_sized_for_one_request_serves_one_request() {
+    // The pool is sized from the function's bytes; wasmtime's own adapter
+    // modules between the composed components are not in them, and a pool
+    // counted without them once answered every request 503.
+    let inventory = Serve::start(&["--max-requests", "1"]);
+    let reply = inventory.call("GET", "/items/fig", None, "").await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    let hello = Serve::start(&[HELLO_FUNCTION, "--max-requests", "1"]);
+    let reply = get_raw(&hello, "/").await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_that_traps_before_responding_costs_a_500_not_a_hung_request_or_its_instance() {
+    // Two instances in the pool: had a trapped request kept its instance
+    // (it once did, and hung until the client gave up), the third would
+    // find none.
+    let serve = Serve::start(&[HELLO_FUNCTION, "--max-requests", "2"]);
+    for _ in 0..6 {
+        let reply = get_raw(&serve, "/trap").await;
+        assert!(reply.starts_with("HTTP/1.1 500"), "{reply}");
+        assert!(reply.contains("trapped"), "{reply}");
+    }
+    let reply = get_raw(&serve, "/").await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.ends_with("\r\n\r\nhello"), "{reply}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -681,6 +715,58 @@ async fn a_request_beyond_the_instance_limit_gets_503_until_one_frees() {
     assert!(served, "requests are served once the watches returned");
     drop((limited, other));
     common::delete_prefix(&prefix.url, &prefix.name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_waiting_past_the_deadline_gets_504_and_frees_its_instance() {
+    // One instance and a 1 s deadline: an acquire waiting 20 s on a held
+    // lock, and a watch long-polling 30 s, wait in host calls, where the
+    // engine's epoch cannot stop them. The deadline must.
+    let serve = Serve::start(&["--deadline-ms", "1000", "--max-requests", "1"]);
+    // A request's instance is freed just after its response is sent, so the
+    // next request may find it still taken for a moment: retry a 503 briefly
+    // (a slot a waiting request kept would stay taken for 20 s).
+    let when_free = |method: &'static str, path: String| {
+        let serve = &serve;
+        async move {
+            for _ in 0..200 {
+                let reply = serve.call(method, &path, None, "").await;
+                if reply.status != 503 {
+                    return reply;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            panic!("{method} {path}: no instance was freed within 2 s");
+        }
+    };
+    let held = when_free("POST", "/items/plum/lock?ttl_ms=60000".into()).await;
+    assert_eq!(held.status, 200, "{}", held.json);
+    let watched = when_free("GET", "/items/plum/editors".into()).await;
+    let watch = format!(
+        "/items/plum/editors/watch?timeout_ms=30000&after={}",
+        watched.json["revision"].as_str().unwrap()
+    );
+    for (method, path) in [
+        ("POST", "/items/plum/adjust?delta=1&wait_ms=20000"),
+        ("GET", watch.as_str()),
+    ] {
+        let started = std::time::Instant::now();
+        let reply = when_free(method, path.to_string()).await;
+        let took = started.elapsed();
+        assert_eq!(reply.status, 504, "{path}: {}", reply.json);
+        assert_eq!(reply.json["field"], "runtime", "{}", reply.json);
+        let (least, most) = (
+            std::time::Duration::from_millis(900),
+            std::time::Duration::from_secs(5),
+        );
+        assert!(
+            took >= least && took < most,
+            "{path}: answered after {took:?}"
+        );
+        // The one instance is free again.
+        let served = when_free("GET", "/items/plum".into()).await;
+        assert_eq!(served.status, 200, "{}", served.json);
+    }
 }
 
 /// The SDK's `with_lock` with `keep_alive` between steps, in the function:

@@ -1,4 +1,5 @@
-//! The smallest `wasi:http` function: every request gets 200 and `hello`.
+//! The smallest `wasi:http` function: every request gets 200 and `hello`
+//! (but `/trap`, which traps).
 //!
 //! It imports nothing of coord's, so any `wasi:http` runtime runs it as it
 //! is. `examples/hello-fn/load.sh` serves it from `coord serve` and from
@@ -20,16 +21,25 @@ static ALLOCATOR: coord_region::Region<{ 64 * 1024 }> = coord_region::Region::ne
 /// The body every request gets.
 pub const BODY: &[u8] = b"hello";
 
+/// The one path that gets no response: the function traps before it sets
+/// one (the runtime's tests use it to show a trapping function costs a 500,
+/// not a hung request or a lost instance).
+pub const TRAP_PATH: &str = "/trap";
+
 /// The function's `wasi:http/incoming-handler` export.
 struct Function;
 
 #[cfg(target_arch = "wasm32")]
 impl wasip2::exports::http::incoming_handler::Guest for Function {
     fn handle(
-        _request: wasip2::http::types::IncomingRequest,
+        request: wasip2::http::types::IncomingRequest,
         out: wasip2::http::types::ResponseOutparam,
     ) {
         use wasip2::http::types::{Fields, OutgoingBody, OutgoingResponse, ResponseOutparam};
+        if request.path_with_query().as_deref() == Some(TRAP_PATH) {
+            // Fail before responding, as a function with a bug does.
+            core::arch::wasm32::unreachable();
+        }
         // A known length: no chunked encoding for either runtime.
         let length = [("content-length".to_string(), b"5".to_vec())];
         let headers = Fields::from_list(&length).unwrap_or_else(|_| Fields::new());

@@ -12,7 +12,7 @@
 
 use crate::{MAX_MEMORY_BYTES, PoolSlot};
 use wasmparser::{
-    ComponentAlias, ComponentExternalKind, ComponentImport, ComponentInstance,
+    CanonicalFunction, ComponentAlias, ComponentExternalKind, ComponentImport, ComponentInstance,
     ComponentOuterAliasKind, ComponentTypeRef, Instance, Parser, Payload,
 };
 
@@ -25,6 +25,15 @@ const DEFAULT_TABLE_ELEMENTS: u64 = 20_000;
 pub struct Footprint {
     /// Core module instances, counted once per instantiation.
     pub core_instances: u32,
+    /// At most how many more core instances wasmtime adds: it compiles the
+    /// calls between the composed components (a function lowered from
+    /// another component's lift) into adapter modules of its own, one per
+    /// group of adapters, which the bytes do not show. Each canonical lower
+    /// is at most one adapter, so their count bounds the modules. (Sized
+    /// without them, the inventory function's pool for one request served
+    /// none.) A core instance slot is a counter, not reserved memory, so
+    /// the bound costs nothing.
+    pub adapter_instances: u32,
     /// Linear memories the instance defines (imported ones are shared, not
     /// allocated).
     pub memories: u32,
@@ -51,7 +60,7 @@ impl Footprint {
     /// largest table, and at least wasmtime's default).
     pub(crate) fn slot(&self) -> PoolSlot {
         PoolSlot {
-            core_instances: self.core_instances,
+            core_instances: self.core_instances.saturating_add(self.adapter_instances),
             memories: self.memories,
             tables: self.tables,
             memories_per_module: self.memories_per_module,
@@ -82,6 +91,7 @@ impl Footprint {
 #[derive(Clone, Copy, Debug, Default)]
 struct Cost {
     core_instances: u32,
+    adapter_instances: u32,
     memories: u32,
     tables: u32,
 }
@@ -89,6 +99,9 @@ struct Cost {
 impl Cost {
     fn add(&mut self, other: Cost) {
         self.core_instances = self.core_instances.saturating_add(other.core_instances);
+        self.adapter_instances = self
+            .adapter_instances
+            .saturating_add(other.adapter_instances);
         self.memories = self.memories.saturating_add(other.memories);
         self.tables = self.tables.saturating_add(other.tables);
     }
@@ -116,6 +129,7 @@ fn count(bytes: &[u8]) -> Result<Footprint, String> {
     }
     let mut footprint = Footprint {
         core_instances: 0,
+        adapter_instances: 0,
         memories: 0,
         tables: 0,
         memories_per_module: 0,
@@ -194,6 +208,15 @@ fn count(bytes: &[u8]) -> Result<Footprint, String> {
                     }
                 }
             }
+            Payload::ComponentCanonicalSection(section) => {
+                let frame = component(&mut stack)?;
+                for function in section {
+                    if let CanonicalFunction::Lower { .. } = function.map_err(|e| e.to_string())? {
+                        frame.total.adapter_instances =
+                            frame.total.adapter_instances.saturating_add(1);
+                    }
+                }
+            }
             Payload::ComponentAliasSection(section) => {
                 for alias in section {
                     alias_into(&mut stack, alias.map_err(|e| e.to_string())?)?;
@@ -226,6 +249,7 @@ fn count(bytes: &[u8]) -> Result<Footprint, String> {
                         return Err("a core module, not a component".into());
                     };
                     footprint.core_instances = root.total.core_instances;
+                    footprint.adapter_instances = root.total.adapter_instances;
                     footprint.memories = root.total.memories;
                     footprint.tables = root.total.tables;
                     return Ok(footprint);
@@ -239,6 +263,7 @@ fn count(bytes: &[u8]) -> Result<Footprint, String> {
                         footprint.tables_per_module = footprint.tables_per_module.max(tables);
                         parent.modules.push(Cost {
                             core_instances: 1,
+                            adapter_instances: 0,
                             memories,
                             tables,
                         });

@@ -46,9 +46,12 @@ pub const INVENTORY_FUNCTION: &[u8] =
 /// How many requests may run at once by default; one more gets a 503.
 pub const MAX_CONCURRENT_REQUESTS: u32 = 500;
 
-/// A request's deadline: its instance is stopped this long after the
-/// request arrived (a function that loops forever must not hold its slot
-/// forever). Reading the request counts against it.
+/// A request's deadline by default: this long after the request arrived its
+/// handler is stopped, whether it is running wasm (the engine's epoch
+/// interrupts it) or waiting in a host call (a store `wait`, a clock), and
+/// its instance freed; the client gets 504 if no response was sent yet. A
+/// function that loops or waits forever must not hold its slot forever.
+/// Reading the request counts against it.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
 
 /// How long a client may take to send a request's headers, and then its
@@ -72,6 +75,7 @@ pub struct Server {
     store: Arc<dyn Backend>,
     composed: bool,
     read_timeout: Duration,
+    deadline: Duration,
     metrics: Arc<ServeMetrics>,
 }
 
@@ -117,6 +121,7 @@ impl Server {
         footprint.check()?;
         tracing::info!(
             core_instances = footprint.core_instances,
+            adapter_instances = footprint.adapter_instances,
             memories = footprint.memories,
             tables = footprint.tables,
             max_requests,
@@ -137,9 +142,13 @@ impl Server {
         config.cache(cache.clone());
         let engine = Engine::new(&config).with_context(|| {
             format!(
-                "making an instance pool for {max_requests} requests of {} core instances, \
-                 {} memories and {} tables each (fewer --max-requests need less)",
-                footprint.core_instances, footprint.memories, footprint.tables
+                "making an instance pool for {max_requests} requests of {} core instances \
+                 (and at most {} adapters), {} memories and {} tables each \
+                 (fewer --max-requests need less)",
+                footprint.core_instances,
+                footprint.adapter_instances,
+                footprint.memories,
+                footprint.tables
             )
         })?;
         let what = if composed {
@@ -178,6 +187,7 @@ impl Server {
             store: backend,
             composed,
             read_timeout: READ_TIMEOUT,
+            deadline: REQUEST_DEADLINE,
             metrics,
         })
     }
@@ -196,6 +206,13 @@ impl Server {
     /// again for its body, instead of [`READ_TIMEOUT`].
     pub fn with_read_timeout(mut self, timeout: Duration) -> Server {
         self.read_timeout = timeout;
+        self
+    }
+
+    /// This server with `deadline` for each request, from its arrival,
+    /// instead of [`REQUEST_DEADLINE`].
+    pub fn with_deadline(mut self, deadline: Duration) -> Server {
+        self.deadline = deadline;
         self
     }
 
@@ -345,7 +362,7 @@ impl Server {
                 hooks: NoOutgoingRequests,
             },
         );
-        let left = REQUEST_DEADLINE.saturating_sub(arrived.elapsed());
+        let left = self.deadline.saturating_sub(arrived.elapsed());
         let ticks = left.as_millis() / EPOCH_TICK.as_millis();
         store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
         let (sender, receiver) = tokio::sync::oneshot::channel();
@@ -376,16 +393,29 @@ impl Server {
         // after it has set the response. Its log line is written when it ends.
         let (status_known, status) = tokio::sync::oneshot::channel::<u16>();
         let task = tokio::spawn(async move {
-            let handled = proxy
+            let handle = proxy
                 .wasi_http_incoming_handler()
-                .call_handle(&mut store, incoming, outparam)
-                .await;
+                .call_handle(&mut store, incoming, outparam);
+            // The epoch stops wasm at the deadline; this stops a handler
+            // waiting in a host call, reported as the same interrupt.
+            let handled = match tokio::time::timeout(left, handle).await {
+                Ok(handled) => handled,
+                Err(_) => Err(wasmtime::Trap::Interrupt.into()),
+            };
             drop(in_use);
+            let store_calls = store.data().host.store_calls();
+            // Free the instance now, and with it the response sender its
+            // table holds: a handler that trapped before responding leaves
+            // the sender there, and the request waits for it to be used or
+            // dropped while this task waits for its status, so keeping the
+            // store past this point hung such a request for ever and kept
+            // its pool slot.
+            drop(store);
             // A response was sent: its line, with every store call the
             // handler made. (Without one, `handle` writes the line.)
             if let Ok(code) = status.await {
                 log.status.store(code, Ordering::Relaxed);
-                log.write(store.data().host.store_calls(), Some(instance_wait));
+                log.write(store_calls, Some(instance_wait));
             }
             handled
         });
@@ -400,6 +430,9 @@ impl Server {
             Ok(Err(code)) => Err(Failure::internal(format!("the function failed: {code:?}"))),
             Err(_) => Err(match task.await {
                 Ok(Ok(())) => Failure::internal("the function never set a response"),
+                Ok(Err(trap)) if trap.downcast_ref() == Some(&wasmtime::Trap::Interrupt) => {
+                    Failure::deadline(self.deadline)
+                }
                 Ok(Err(trap)) => Failure::internal(format!("the function trapped: {trap:?}")),
                 Err(join) => Failure::internal(format!("the request task failed: {join}")),
             }),
@@ -463,6 +496,18 @@ impl Failure {
         Failure {
             status: 500,
             message: message.to_string(),
+            field: "runtime",
+        }
+    }
+
+    /// The function ran past the request's deadline without responding.
+    fn deadline(deadline: Duration) -> Failure {
+        Failure {
+            status: 504,
+            message: format!(
+                "the function did not respond within the {} ms deadline",
+                deadline.as_millis()
+            ),
             field: "runtime",
         }
     }

@@ -131,6 +131,12 @@ struct ServeArgs {
     #[arg(long, value_name = "MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..), env = "COORD_READ_TIMEOUT_MS")]
     read_timeout_ms: u64,
+    /// Each request's deadline from its arrival: a function still running
+    /// (or waiting in a host call) then is stopped, its instance freed, and
+    /// the client answered 504 if no response was sent yet.
+    #[arg(long, value_name = "MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..), env = "COORD_DEADLINE_MS")]
+    deadline_ms: u64,
     /// On SIGTERM or Ctrl-C: stop accepting, and let running requests finish
     /// for up to this long before exiting.
     #[arg(
@@ -390,7 +396,8 @@ async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
             args.max_requests,
             args.cache_dir().as_deref(),
         )?
-        .with_read_timeout(Duration::from_millis(args.read_timeout_ms)),
+        .with_read_timeout(Duration::from_millis(args.read_timeout_ms))
+        .with_deadline(Duration::from_millis(args.deadline_ms)),
     );
     let listen = &args.listen;
     let listener = tokio::net::TcpListener::bind(listen)
