@@ -433,7 +433,12 @@ impl Server {
                 Ok(Err(trap)) if trap.downcast_ref() == Some(&wasmtime::Trap::Interrupt) => {
                     Failure::deadline(self.deadline)
                 }
-                Ok(Err(trap)) => Failure::internal(format!("the function trapped: {trap:?}")),
+                Ok(Err(trap)) => {
+                    // The wasm backtrace is the operator's, in the log; the
+                    // client learns only the kind of trap.
+                    tracing::warn!(target: "coord::function", "the function trapped: {trap:?}");
+                    Failure::internal(format!("the function trapped: {}", trap.root_cause()))
+                }
                 Err(join) => Failure::internal(format!("the request task failed: {join}")),
             }),
         }
