@@ -183,3 +183,88 @@ impl crate::store::Entropy for CountingEntropy {
         [self.0.get(); 16]
     }
 }
+
+/// A store that breaks its contract on purpose: every entry it returns, in
+/// any reply, first passes through `tamper` with that reply's `now`. For
+/// the tests that the interfaces answer `internal` (or decide from `now`
+/// themselves) instead of believing a broken store.
+pub struct Tampered<'a> {
+    pub inner: &'a FakeStore,
+    pub tamper: Box<dyn Fn(&mut Entry, u64)>,
+}
+
+impl Tampered<'_> {
+    fn outcome(&self, mut reply: WriteReply) -> WriteReply {
+        match &mut reply.outcome {
+            Outcome::Applied(entry) | Outcome::Conflict(Some(entry)) => {
+                (self.tamper)(entry, reply.now)
+            }
+            Outcome::Conflict(None) => {}
+        }
+        reply
+    }
+}
+
+impl Store for &Tampered<'_> {
+    fn now(&self) -> Result<Millis, StoreError> {
+        self.inner.now()
+    }
+    fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        let mut reply = self.inner.get(partition, key)?;
+        if let Some(entry) = &mut reply.entry {
+            (self.tamper)(entry, reply.now);
+        }
+        Ok(reply)
+    }
+    fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        let mut reply = self.inner.list(partition, prefix)?;
+        for entry in &mut reply.entries {
+            (self.tamper)(entry, reply.now);
+        }
+        Ok(reply)
+    }
+    fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let reply = self.inner.put(partition, key, value, ttl_ms, condition)?;
+        Ok(self.outcome(reply))
+    }
+    fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let reply = self.inner.delete(partition, key, condition)?;
+        Ok(self.outcome(reply))
+    }
+    fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let reply = self.inner.touch(partition, key, ttl_ms, condition)?;
+        Ok(self.outcome(reply))
+    }
+    fn changes(&self, partition: &str, after: u64, max: u32) -> Result<ChangesReply, StoreError> {
+        self.inner.changes(partition, after, max)
+    }
+    fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError> {
+        self.inner.meter(partition, key, request)
+    }
+    fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        self.inner.wait(partition, after, timeout_ms)
+    }
+}

@@ -185,13 +185,22 @@ impl<S: Store, E: Entropy> Locks<S, E> {
                     ));
                 }
             };
+            let expires_at = match granted(&current, &owner, reply.now) {
+                Ok(expires_at) => expires_at,
+                Err(broken) => {
+                    // The store broke its contract, but it may have written
+                    // our token: take back exactly that, never a grant.
+                    self.take_back(&partition, &owner);
+                    return Err(broken);
+                }
+            };
             return Ok(AcquireOutcome::Acquired(HeldLock {
                 id: id.to_string(),
                 resource: resource.to_string(),
                 owner,
                 fence: current.revision,
                 ttl_ms,
-                expires_at: expiry(&current)?,
+                expires_at,
             }));
         }
     }
@@ -220,6 +229,14 @@ impl<S: Store, E: Entropy> Locks<S, E> {
             Err(error @ StoreError::Unavailable(_)) => error,
             Err(other) => return Err(other.into()),
         };
+        self.take_back(partition, owner);
+        Err(error.into())
+    }
+
+    /// Free the lock if this call's `owner` token holds it: one read, and a
+    /// delete guarded by the revision and token it found. Best effort: its
+    /// own failures are ignored (the caller reports the first error).
+    fn take_back(&self, partition: &str, owner: &str) {
         if let Ok(ReadReply {
             entry: Some(entry), ..
         }) = self.store.get(partition, LOCK_HOLDER_KEY)
@@ -234,11 +251,14 @@ impl<S: Store, E: Entropy> Locks<S, E> {
                 }),
             );
         }
-        Err(error.into())
     }
 
     /// `is-held` of `coord:sync/lock`: whether this acquisition (owner and
     /// fence) still holds the lock, from one read.
+    ///
+    /// Decided from the reply's `now` and the entry's expiry, whatever else
+    /// the store said: an entry it returned at or past its expiry is not
+    /// held (outside testers' store answered one, and this said `true`).
     pub fn is_held(&self, lock: &HeldLock) -> Result<bool, Error> {
         check_held(lock)?;
         let reply = self.store.get(
@@ -246,7 +266,9 @@ impl<S: Store, E: Entropy> Locks<S, E> {
             LOCK_HOLDER_KEY,
         )?;
         Ok(reply.entry.is_some_and(|entry| {
-            entry.revision == lock.fence && entry.value == lock.owner.as_bytes()
+            entry.revision == lock.fence
+                && entry.value == lock.owner.as_bytes()
+                && entry.expires_at.is_some_and(|end| end > reply.now)
         }))
     }
 
@@ -272,7 +294,7 @@ impl<S: Store, E: Entropy> Locks<S, E> {
         match reply.outcome {
             Outcome::Applied(entry) => Ok(ExtendOutcome::Extended(HeldLock {
                 ttl_ms,
-                expires_at: expiry(&entry)?,
+                expires_at: granted(&entry, &lock.owner, reply.now)?,
                 ..lock.clone()
             })),
             Outcome::Conflict(_) => Ok(ExtendOutcome::Lost),
@@ -287,6 +309,8 @@ impl<S: Store, E: Entropy> Locks<S, E> {
             .get(&keys::lock_partition(id, resource), LOCK_HOLDER_KEY)?;
         reply
             .entry
+            // An entry returned at or past its expiry holds nothing.
+            .filter(|entry| entry.expires_at.is_none_or(|end| end > reply.now))
             .map(|entry| {
                 check_owner_token(&entry)?;
                 holder(&entry, reply.now)
@@ -320,10 +344,39 @@ fn expiry(entry: &Entry) -> Result<u64, Error> {
         .ok_or_else(|| Error::Internal("a lock entry has no expiry".into()))
 }
 
+/// The expiry of the holding a write just granted to `owner`, checked: the
+/// store must have written this owner's token at a revision above 0 (a
+/// fence is never 0) and kept it alive past `now`. Anything else is the
+/// store breaking its contract: `internal`, never a grant.
+fn granted(entry: &Entry, owner: &str, now: u64) -> Result<u64, Error> {
+    let broken = |what: &str| {
+        Err(Error::Internal(format!(
+            "the store granted a lock {what} (revision {})",
+            entry.revision
+        )))
+    };
+    if entry.revision == 0 {
+        return broken("at revision 0");
+    }
+    if entry.value != owner.as_bytes() {
+        return broken("to another owner");
+    }
+    match entry.expires_at {
+        None => broken("with no expiry"),
+        Some(end) if end <= now => broken("that had already expired"),
+        Some(end) => Ok(end),
+    }
+}
+
 /// A lock entry holds an owner token, as `acquire` wrote it; anything else
 /// (a key written by another program, a corrupted value) is the store
 /// breaking its contract, not a holder to wait for.
 fn check_owner_token(entry: &Entry) -> Result<(), Error> {
+    if entry.revision == 0 {
+        return Err(Error::Internal(
+            "a lock entry at revision 0 (a fence is never 0)".into(),
+        ));
+    }
     if is_owner_token(&entry.value) {
         return Ok(());
     }

@@ -22,6 +22,8 @@ per_backend!(
     a_resign_hands_over_at_once,
     a_restarted_node_adopts_its_lease_at_the_same_epoch,
     a_displaced_holder_fails_the_commit_point_and_its_write_is_refused,
+    a_chain_of_takeovers_with_short_ttls_keeps_the_first_holders_grace,
+    a_resign_inside_a_grace_ends_that_epoch_for_its_node,
 );
 
 async fn instance(h: &Harness) -> Instance {
@@ -171,4 +173,76 @@ async fn an_unreachable_store_is_unavailable_never_not_holder() {
         i.lease_observe("store-7").await.unwrap(),
         Err(Error::Unavailable(_))
     ));
+}
+
+/// Outside testers: P (ttl 1000) passes the commit point at t; Q takes over
+/// at t+1000 with ttl 200 and is told it may write at t+2000, but its entry
+/// was stored for 400 ms, so R took over at t+1200 writable at t+1400, or
+/// found the lease free at t+1400, while P might still write until t+2000.
+async fn a_chain_of_takeovers_with_short_ttls_keeps_the_first_holders_grace(h: Harness) {
+    let (mut p, mut q, mut r) = (instance(&h).await, instance(&h).await, instance(&h).await);
+    let held = p.lease_acquire("chain", "p", 1000).await.unwrap().unwrap();
+    assert!(p.lease_check(&held).await.unwrap().is_ok());
+    let p_may_write_until = held.expires_at + 1000;
+    h.advance(1000);
+    let taken = q.lease_acquire("chain", "q", 200).await.unwrap().unwrap();
+    assert_eq!(taken.writable_at, p_may_write_until);
+    // Q renews early, as a holder does, then stops; R keeps trying.
+    h.advance(60);
+    let taken = q.lease_renew(&taken).await.unwrap().unwrap();
+    assert!(
+        taken.expires_at + 200 >= p_may_write_until,
+        "Q's entry outlives P's grace"
+    );
+    for _ in 0..20 {
+        h.advance(100);
+        match r.lease_acquire("chain", "r", 200).await.unwrap() {
+            Ok(next) => {
+                let now = h.backend.now().await.unwrap();
+                assert!(
+                    next.writable_at >= p_may_write_until || now >= p_may_write_until,
+                    "R is writable at {} (now {now}), inside P's grace to {p_may_write_until}",
+                    next.writable_at
+                );
+                assert!(next.epoch > taken.epoch);
+                return;
+            }
+            Err(Error::NotHolder(Some(holder))) => assert_eq!(holder.node, "q"),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    panic!("R never took the lease over");
+}
+
+/// Outside testers: Q took over, resigned inside the grace (true), resigned
+/// again (true), renewed (ok, same epoch) and passed the check after the
+/// grace: the resigned node wrote.
+async fn a_resign_inside_a_grace_ends_that_epoch_for_its_node(h: Harness) {
+    let (mut p, mut q, mut r) = (instance(&h).await, instance(&h).await, instance(&h).await);
+    p.lease_acquire("quit", "p", 1000).await.unwrap().unwrap();
+    h.advance(1000);
+    let taken = q.lease_acquire("quit", "q", 1000).await.unwrap().unwrap();
+    h.advance(200);
+    assert!(q.lease_resign(&taken).await.unwrap().unwrap());
+    assert!(
+        !q.lease_resign(&taken).await.unwrap().unwrap(),
+        "resign twice"
+    );
+    assert!(matches!(
+        q.lease_renew(&taken).await.unwrap(),
+        Err(Error::NotHolder(None))
+    ));
+    assert_eq!(q.lease_observe("quit").await.unwrap().unwrap(), None);
+    let next = r.lease_acquire("quit", "r", 1000).await.unwrap().unwrap();
+    assert_eq!(
+        next.writable_at, taken.writable_at,
+        "the grace is kept for the next holder"
+    );
+    h.advance(1000);
+    assert!(matches!(
+        q.lease_check(&taken).await.unwrap(),
+        Err(Error::NotHolder(_))
+    ));
+    let next = r.lease_renew(&next).await.unwrap().unwrap();
+    assert!(r.lease_check(&next).await.unwrap().is_ok());
 }

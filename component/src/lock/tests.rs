@@ -1,7 +1,7 @@
 //! Unit tests of the lock logic over the fake store, with the clock moved by hand.
 
 use super::*;
-use crate::fake::{CountingEntropy, FakeStore};
+use crate::fake::{CountingEntropy, FakeStore, Tampered};
 use crate::store::{
     ChangesReply, ListReply, MeterReply, MeterRequest, ReadReply, StoreError, WriteReply,
 };
@@ -721,4 +721,92 @@ proptest::proptest! {
         proptest::prop_assert!(attempts >= owed, "{attempts} of {owed} attempts");
         proptest::prop_assert!(now <= start + budget, "went on to {} past {budget} ms", now - start);
     }
+}
+
+#[test]
+fn is_held_decides_from_now_and_the_entrys_expiry() {
+    // Outside testers' store answered an entry whose `expires-at` was its
+    // own `now`, or before it: `is-held` said true. It is not held.
+    let store = FakeStore::new(T0);
+    let lock = acquired(
+        locks(&store)
+            .acquire("stock", "item:1", once(1000))
+            .unwrap(),
+    );
+    for back in [0, 1, 60_000] {
+        let lying = Tampered {
+            inner: &store,
+            tamper: Box::new(move |entry, now| entry.expires_at = Some(now - back)),
+        };
+        let l = Locks::new(&lying, CountingEntropy::default());
+        assert!(
+            !l.is_held(&lock).unwrap(),
+            "an entry that expired {back} ms ago is held"
+        );
+        assert_eq!(l.inspect("stock", "item:1").unwrap(), None);
+    }
+    assert!(
+        locks(&store).is_held(&lock).unwrap(),
+        "the honest store: held"
+    );
+}
+
+#[test]
+fn a_broken_grant_is_internal_and_taken_back_never_acquired() {
+    // A put reply at revision 0 gave `acquired` with fence 0 (WIT: never 0).
+    let cases: [(&str, Box<dyn Fn(&mut Entry, u64)>); 4] = [
+        ("revision 0", Box::new(|entry, _| entry.revision = 0)),
+        ("no expiry", Box::new(|entry, _| entry.expires_at = None)),
+        (
+            "already expired",
+            Box::new(|entry, now| entry.expires_at = Some(now)),
+        ),
+        (
+            "another owner",
+            Box::new(|entry, _| entry.value = b"0123456789abcdef0123456789abcdef".to_vec()),
+        ),
+    ];
+    for (what, tamper) in cases {
+        let store = FakeStore::new(T0);
+        let broken = Tampered {
+            inner: &store,
+            tamper,
+        };
+        let l = Locks::new(&broken, CountingEntropy::default());
+        assert!(
+            matches!(
+                l.acquire("stock", "item:1", once(1000)),
+                Err(Error::Internal(_))
+            ),
+            "a grant with {what} was not internal"
+        );
+        // Where the store still reports our revision and token, the
+        // take-back frees it; a store that lies about those too cannot be
+        // cleaned up after by a guarded delete.
+        if !matches!(what, "revision 0" | "another owner") {
+            assert_eq!(
+                locks(&store).inspect("stock", "item:1").unwrap(),
+                None,
+                "a grant with {what} was left held"
+            );
+        }
+    }
+    // A holder at revision 0 is not a holder to wait for either.
+    let store = FakeStore::new(T0);
+    locks(&store)
+        .acquire("stock", "item:1", once(1000))
+        .unwrap();
+    let zero = Tampered {
+        inner: &store,
+        tamper: Box::new(|entry, _| entry.revision = 0),
+    };
+    let l = Locks::new(&zero, CountingEntropy::default());
+    assert!(matches!(
+        l.acquire("stock", "item:1", once(1000)),
+        Err(Error::Internal(_))
+    ));
+    assert!(matches!(
+        l.inspect("stock", "item:1"),
+        Err(Error::Internal(_))
+    ));
 }
