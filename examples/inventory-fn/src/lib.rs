@@ -1,9 +1,12 @@
 //! An edge function on `wasi:http` that coordinates through coord: the
 //! inventory service of seed 000.
 //!
-//! It imports `coord:sync/lock`, `ephemeral` and `ratelimit` (the `client`
-//! world, through `coord-sdk`) and is composed with `coord.wasm` before it runs (`coord compose`,
-//! or `coord serve`, which composes on the fly). Routes:
+//! It is written against coord's `client` world (`lock`, `lease`,
+//! `ephemeral` and `ratelimit`, through `coord-sdk`); it uses no lease, and
+//! wit-component keeps only the imports a module uses, so the component
+//! imports `coord:sync/lock`, `ephemeral` and `ratelimit` (and the store). It
+//! is composed with `coord.wasm` before it runs (`coord compose`, or `coord
+//! serve`, which composes on the fly). Routes:
 //!
 //! | Route | What it does |
 //! |---|---|
