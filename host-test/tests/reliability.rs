@@ -946,3 +946,77 @@ fn the_expiry_and_ephemeral_models_reject_what_no_order_explains() {
     ];
     assert!(history::linearizable(&EphemeralModel, &kept));
 }
+
+/// The hang detector of every suite here ([`common::watchdog`]) fires once
+/// nothing has completed for its quiet period: three steps 50 s apart,
+/// then none, fail 60 s (to 60 + 7.5 s) after the last step. Tokio's
+/// paused clock: no real time passes.
+#[tokio::test(start_paused = true)]
+async fn the_watchdog_fires_when_no_step_completes_for_its_quiet_period() {
+    use std::time::Duration;
+    let progress = common::Progress::new();
+    let started = tokio::time::Instant::now();
+    let run = tokio::spawn(async move {
+        let steps = progress.clone();
+        common::watchdog(&progress, Duration::from_secs(60), async move {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_secs(50)).await;
+                steps.bump();
+            }
+            std::future::pending::<()>().await // stuck
+        })
+        .await
+    });
+    let error = run.await.expect_err("the watchdog fired");
+    let fired = started.elapsed();
+    let message = *error.into_panic().downcast::<String>().unwrap();
+    assert!(
+        message.contains("no progress for 60s (3 steps completed before)"),
+        "{message}"
+    );
+    assert!(
+        fired >= Duration::from_secs(210) && fired <= Duration::from_millis(217_500),
+        "fired {fired:?} after the start, the last step at 150 s"
+    );
+}
+
+/// ... and never fires on work that is slow but keeps completing steps:
+/// 100 steps 55 s apart, 92 minutes in all against a quiet period of 60 s
+/// (the Redis fenced-writes run failed a 30 s wall-clock bound this way,
+/// on a loaded machine).
+#[tokio::test(start_paused = true)]
+async fn the_watchdog_lets_slow_work_that_keeps_progressing_finish() {
+    use std::time::Duration;
+    let progress = common::Progress::new();
+    let started = tokio::time::Instant::now();
+    let steps = common::watchdog(&progress, Duration::from_secs(60), async {
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_secs(55)).await;
+            progress.bump();
+        }
+        progress.count()
+    })
+    .await;
+    assert_eq!(steps, 100);
+    assert!(started.elapsed() >= Duration::from_secs(5_500));
+}
+
+/// What counts as a step: a harness's store call that succeeds, but not a
+/// `wait` that timed out (a waiter nobody wakes is no progress).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_counts_completed_store_calls_but_not_a_wait_that_timed_out() {
+    let h = common::memory(HISTORY);
+    let progress = h.progress();
+    let always = coord_host::backend::Condition::Always;
+    h.backend.put("p", "k", b"v", None, &always).await.unwrap();
+    let revision = h.backend.list("p", "").await.unwrap().revision;
+    assert_eq!(progress.count(), 2);
+    let store = h.backend.clone();
+    let waiting = tokio::spawn(async move { store.wait("p", revision, 1_000).await });
+    common::bounded(h.until_waiting("p", 1)).await;
+    h.advance(1_000);
+    assert_eq!(waiting.await.unwrap().unwrap(), revision, "timed out");
+    assert_eq!(progress.count(), 2, "a wait that timed out is no step");
+    assert!(h.backend.wait("p", 0, 1_000).await.unwrap() > 0);
+    assert_eq!(progress.count(), 3, "a wait that saw a change is one");
+}
