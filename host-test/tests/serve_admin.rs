@@ -40,6 +40,38 @@ async fn admin(port: u16, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// GET `path` on the admin listener with these `Accept` headers: status,
+/// `Content-Type` and body.
+async fn admin_accepting(port: u16, path: &str, accept: &[&str]) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let accept: String = accept.iter().map(|a| format!("accept: {a}\r\n")).collect();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nhost: admin\r\n{accept}connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    common::bounded(stream.read_to_string(&mut reply))
+        .await
+        .unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let content_type = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_default();
+    (status, content_type, body.to_string())
+}
+
 /// The value of the counter sample `name` with exactly these labels.
 fn counter(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
     scrape
@@ -159,5 +191,153 @@ async fn readyz_follows_the_store() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "ready again once Redis answers");
+    drop(serve);
+}
+
+/// What Prometheus 2.x and 3.x send by default: OpenMetrics first, the text
+/// format 0.0.4 as a fallback.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
+    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_in_the_format_the_scraper_asks_for() {
+    let port = free_port();
+    let admin_addr = format!("127.0.0.1:{port}");
+    let serve = Serve::start(&["--admin", &admin_addr]);
+    for _ in 0..2 {
+        let reply = serve
+            .call("POST", "/items/f/adjust?delta=-1", None, "")
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.json);
+    }
+
+    // A 0.0.4 scraper (and one that names no format) gets the 0.0.4 text:
+    // a counter's TYPE line names its `_total` samples, so a 0.0.4 parser
+    // reads them as a counter, not as an untyped metric beside an empty
+    // counter (which is what it made of the OpenMetrics text once sent to
+    // everyone).
+    for accept in [
+        &["text/plain; version=0.0.4"][..],
+        &["text/plain"],
+        &[],
+        &["*/*"],
+        &["application/json, text/plain;q=0.2"],
+        &[
+            "application/openmetrics-text; version=1.0.0; q=0",
+            "text/plain",
+        ],
+        &["application/openmetrics-text; version=2.0.0"],
+    ] {
+        let (status, content_type, text) = admin_accepting(port, "/metrics", accept).await;
+        assert_eq!(status, 200, "{accept:?}");
+        assert_eq!(
+            content_type, "text/plain; version=0.0.4; charset=utf-8",
+            "{accept:?}"
+        );
+        assert!(
+            text.contains("# TYPE coord_requests_total counter\n"),
+            "{accept:?}:\n{text}"
+        );
+        assert!(!text.contains("# EOF"), "{accept:?}:\n{text}");
+        let scrape =
+            prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        let sample = scrape
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == "coord_requests_total"
+                    && s.labels.get("route") == Some("items")
+                    && s.labels.get("status") == Some("200")
+            })
+            .unwrap_or_else(|| panic!("{accept:?}:\n{text}"));
+        assert!(
+            matches!(sample.value, prometheus_parse::Value::Counter(v) if v == 2.0),
+            "{accept:?}: a counter of 2, not {:?}",
+            sample.value
+        );
+        let outcome = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == "coord_lock_outcomes_total")
+            .unwrap();
+        assert!(
+            matches!(outcome.value, prometheus_parse::Value::Counter(_)),
+            "{:?}",
+            outcome.value
+        );
+    }
+
+    // A scraper that asks for OpenMetrics gets it: the family without
+    // `_total`, its samples with it, and the closing `# EOF`.
+    for accept in [
+        &[PROMETHEUS_ACCEPT][..],
+        &["application/openmetrics-text"],
+        &[
+            "text/plain;q=0.5",
+            "application/openmetrics-text;version=1.0.0",
+        ],
+        &["text/plain;version=0.0.4;q=0.4,application/openmetrics-text;q=0.9"],
+    ] {
+        let (status, content_type, text) = admin_accepting(port, "/metrics", accept).await;
+        assert_eq!(status, 200, "{accept:?}");
+        assert_eq!(
+            content_type, "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "{accept:?}"
+        );
+        assert!(
+            text.contains("# TYPE coord_requests counter\n"),
+            "{accept:?}:\n{text}"
+        );
+        assert!(
+            text.contains(
+                "coord_requests_total{method=\"POST\",route=\"items\",status=\"200\"} 2\n"
+            ),
+            "{accept:?}:\n{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{accept:?}:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_the_store_failed_counts_one_unavailable_outcome() {
+    let mut redis = RedisServer::spawn().expect("a private redis-server");
+    let url = redis.url();
+    let port = free_port();
+    let admin_addr = format!("127.0.0.1:{port}");
+    let serve = Serve::start(&["--redis", &url, "--admin", &admin_addr]);
+    let reply = serve
+        .call("POST", "/items/u/adjust?delta=-1", None, "")
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    redis.stop();
+    let reply = serve
+        .call("POST", "/items/u/adjust?delta=-1", None, "")
+        .await;
+    assert_eq!(reply.status, 503, "{}", reply.json);
+
+    let (status, text) = admin(port, "/metrics").await;
+    assert_eq!(status, 200);
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let outcome = |outcome| {
+        counter(
+            &scrape,
+            "coord_lock_outcomes_total",
+            &[("outcome", outcome)],
+        )
+    };
+    assert_eq!(outcome("acquired"), 1.0);
+    // The acquire's attempt failed, and so did the read with which it
+    // looked for a write of its own to take back: one acquire, one outcome
+    // (the read once counted as a second).
+    assert_eq!(outcome("unavailable"), 1.0, "{text}");
+    let errors = |operation| {
+        counter(
+            &scrape,
+            "coord_store_errors_total",
+            &[("operation", operation), ("backend", "redis")],
+        )
+    };
+    assert_eq!(errors("put"), 1.0, "the attempt: {text}");
+    assert_eq!(errors("get"), 1.0, "its clean-up read: {text}");
     drop(serve);
 }

@@ -1,6 +1,7 @@
 //! `coord serve --admin ADDR`: a listener apart from the functions' one,
-//! for the operator: `/metrics` (Prometheus), `/healthz` (the process is
-//! up) and `/readyz` (the store answers).
+//! for the operator: `/metrics` (Prometheus' text format 0.0.4, or
+//! OpenMetrics text to a scraper whose `Accept` header asks for it),
+//! `/healthz` (the process is up) and `/readyz` (the store answers).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use hyper::server::conn::http1;
 use tokio::net::TcpListener;
 use wasmtime_wasi_http::io::TokioIo;
 
-use super::metrics::ServeMetrics;
+use super::metrics::{Format, ServeMetrics};
 use crate::backend::Backend;
 
 /// How long `/readyz` waits for the store's clock before answering 503.
@@ -47,11 +48,17 @@ async fn route(
     store: &Arc<dyn Backend>,
 ) -> hyper::Response<Full<Bytes>> {
     match (request.method().as_str(), request.uri().path()) {
-        ("GET", "/metrics") => reply(
-            200,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics.encode(),
-        ),
+        ("GET", "/metrics") => {
+            let accept = request
+                .headers()
+                .get_all(hyper::header::ACCEPT)
+                .iter()
+                .filter_map(|value| value.to_str().ok())
+                .collect::<Vec<_>>()
+                .join(",");
+            let format = Format::negotiate(Some(&accept));
+            reply(200, format.content_type(), metrics.encode(format))
+        }
         ("GET", "/healthz") => reply(200, "text/plain", "ok\n".into()),
         ("GET", "/readyz") => match tokio::time::timeout(READY_TIMEOUT, store.now()).await {
             Ok(Ok(_)) => reply(200, "text/plain", "ready\n".into()),

@@ -5,7 +5,16 @@
 //! Store calls are counted by [`MeteredBackend`], a backend wrapper; lock
 //! outcomes are read off the store calls on lock partitions (an applied
 //! create is an acquisition, a failed one busy, a failed touch a lost lock,
-//! a store error on a lock partition unavailable).
+//! a create or a touch the store failed unavailable). Only the calls that
+//! decide an outcome count: the read and the delete with which a failed
+//! acquire takes back what it may have written are that acquire's clean-up,
+//! not outcomes of their own (they once made one failed acquire count as two
+//! `unavailable`); their errors are in the store errors.
+//!
+//! `/metrics` is encoded in the format the scraper asks for
+//! ([`Format::negotiate`]): OpenMetrics text when its `Accept` header names
+//! `application/openmetrics-text`, else Prometheus' text format 0.0.4, as
+//! Prometheus' own client libraries do.
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
@@ -59,6 +68,74 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// An exposition format of `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics text 1.0.0: a counter's family is named without
+    /// `_total` (`# TYPE coord_requests counter`), its samples with it, and
+    /// the text ends with `# EOF`.
+    OpenMetrics,
+    /// Prometheus' text format 0.0.4: the family carries the sample's name
+    /// (`# TYPE coord_requests_total counter`). A 0.0.4 parser given
+    /// OpenMetrics text sees a counter without samples and an untyped
+    /// `_total` metric beside it.
+    Prometheus,
+}
+
+impl Format {
+    /// The format for a request's `Accept` header, as Prometheus' client
+    /// libraries choose: the acceptable media ranges by falling quality
+    /// (`q`, 1 by default; 0 is refused), the first that is
+    /// `application/openmetrics-text` (version 1.0.0 or none) or
+    /// `text/plain`; without one (no header, `*/*`, anything else) the text
+    /// format 0.0.4, which every Prometheus reads.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let mut offers: Vec<(f32, Format)> = Vec::new();
+        for range in accept.unwrap_or("").split(',') {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let mut quality = 1.0f32;
+            let mut version = None;
+            for parameter in parts {
+                let Some((name, value)) = parameter.split_once('=') else {
+                    continue;
+                };
+                let value = value.trim().trim_matches('"');
+                match name.trim().to_ascii_lowercase().as_str() {
+                    "q" => quality = value.parse().unwrap_or(0.0),
+                    "version" => version = Some(value.to_string()),
+                    _ => {}
+                }
+            }
+            let format = match media.as_str() {
+                "application/openmetrics-text"
+                    if version.as_deref().is_none_or(|v| v == "1.0.0") =>
+                {
+                    Format::OpenMetrics
+                }
+                "text/plain" => Format::Prometheus,
+                _ => continue,
+            };
+            if quality > 0.0 {
+                offers.push((quality, format));
+            }
+        }
+        // Stable: of equal quality, the first named wins.
+        offers.sort_by(|a, b| b.0.total_cmp(&a.0));
+        offers
+            .first()
+            .map_or(Format::Prometheus, |(_, format)| *format)
+    }
+
+    /// The `Content-Type` of a reply in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
+
 /// Every metric `coord serve` keeps, and the registry that encodes them.
 pub struct ServeMetrics {
     registry: Registry,
@@ -105,7 +182,7 @@ impl Default for ServeMetrics {
         );
         registry.register(
             "lock_outcomes",
-            "Lock acquisitions, busy answers, lost locks and unavailable lock calls",
+            "Lock acquisitions, busy answers, lost locks, and acquire attempts and extends the store failed",
             lock_outcomes.clone(),
         );
         registry.register(
@@ -133,10 +210,17 @@ impl Default for ServeMetrics {
 }
 
 impl ServeMetrics {
-    /// The registry in Prometheus' text format.
-    pub fn encode(&self) -> String {
+    /// The registry in `format`.
+    pub fn encode(&self, format: Format) -> String {
         let mut text = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        let _ = match format {
+            Format::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            }
+            Format::Prometheus => {
+                prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)
+            }
+        };
         text
     }
 
@@ -181,27 +265,25 @@ impl MeteredBackend {
         }
     }
 
+    /// Count a call, its error, and the lock outcome `outcome` reads off
+    /// it (`None` for a call that decides no outcome).
     fn count<T>(
         &self,
         operation: &'static str,
         partition: &str,
         result: &Result<T, StoreError>,
-        outcome: impl FnOnce(&T) -> Option<&'static str>,
+        outcome: impl FnOnce(Result<&T, &StoreError>) -> Option<&'static str>,
     ) {
         let labels = StoreLabels {
             operation,
             backend: self.backend,
         };
         self.metrics.store_calls.get_or_create(&labels).inc();
+        if result.is_err() {
+            self.metrics.store_errors.get_or_create(&labels).inc();
+        }
         let on_lock = partition.starts_with("~lock:");
-        let lock_outcome = match result {
-            Ok(reply) => outcome(reply),
-            Err(_) => {
-                self.metrics.store_errors.get_or_create(&labels).inc();
-                Some("unavailable")
-            }
-        };
-        if on_lock && let Some(outcome) = lock_outcome {
+        if on_lock && let Some(outcome) = outcome(result.as_ref()) {
             self.metrics
                 .lock_outcomes
                 .get_or_create(&OutcomeLabels { outcome })
@@ -210,15 +292,35 @@ impl MeteredBackend {
     }
 }
 
-/// The lock outcome a create-if-absent (an acquire attempt) shows.
-fn attempt(reply: &WriteReply, condition: &Condition) -> Option<&'static str> {
+/// The lock outcome a create-if-absent (an acquire attempt) shows; other
+/// writes show none.
+fn attempt(
+    result: Result<&WriteReply, &StoreError>,
+    condition: &Condition,
+) -> Option<&'static str> {
     if !matches!(condition, Condition::Absent) {
         return None;
     }
-    Some(match reply.outcome {
-        Outcome::Applied(_) => "acquired",
-        Outcome::Conflict(_) => "busy",
+    Some(match result {
+        Ok(WriteReply {
+            outcome: Outcome::Applied(_),
+            ..
+        }) => "acquired",
+        Ok(WriteReply {
+            outcome: Outcome::Conflict(_),
+            ..
+        }) => "busy",
+        Err(_) => "unavailable",
     })
+}
+
+/// The lock outcome a touch (an extend) shows: lost when the lock was no
+/// longer this holder's.
+fn extend(result: Result<&WriteReply, &StoreError>) -> Option<&'static str> {
+    match result {
+        Ok(reply) => matches!(reply.outcome, Outcome::Conflict(_)).then_some("lost"),
+        Err(_) => Some("unavailable"),
+    }
 }
 
 #[async_trait]
@@ -271,9 +373,7 @@ impl Backend for MeteredBackend {
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
         let result = self.inner.touch(partition, key, ttl_ms, condition).await;
-        self.count("touch", partition, &result, |r| {
-            matches!(r.outcome, Outcome::Conflict(_)).then_some("lost")
-        });
+        self.count("touch", partition, &result, extend);
         result
     }
     async fn changes(
@@ -319,5 +419,44 @@ impl Backend for MeteredBackend {
             attempt(r, condition)
         });
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Format;
+
+    #[test]
+    fn the_format_is_negotiated_as_prometheus_clients_do() {
+        let negotiate = |accept| Format::negotiate(Some(accept));
+        assert_eq!(Format::negotiate(None), Format::Prometheus);
+        assert_eq!(negotiate(""), Format::Prometheus);
+        assert_eq!(
+            negotiate("Application/OpenMetrics-Text; Version=\"1.0.0\""),
+            Format::OpenMetrics
+        );
+        // A quality that is not a number is no quality.
+        assert_eq!(
+            negotiate("application/openmetrics-text;q=x"),
+            Format::Prometheus
+        );
+        // Only the OpenMetrics version encoded here.
+        assert_eq!(
+            negotiate("application/openmetrics-text;version=0.0.1"),
+            Format::Prometheus
+        );
+        // Of equal quality, the first named.
+        assert_eq!(
+            negotiate("text/plain, application/openmetrics-text"),
+            Format::Prometheus
+        );
+        assert_eq!(
+            negotiate("application/openmetrics-text, text/plain"),
+            Format::OpenMetrics
+        );
+        assert_eq!(
+            negotiate("text/plain;q=0.3, application/openmetrics-text;q=0.31"),
+            Format::OpenMetrics
+        );
     }
 }
