@@ -190,8 +190,11 @@ impl crate::store::Entropy for CountingEntropy {
 /// themselves) instead of believing a broken store.
 pub struct Tampered<'a> {
     pub inner: &'a FakeStore,
-    pub tamper: Box<dyn Fn(&mut Entry, u64)>,
+    pub tamper: Tamper,
 }
+
+/// What a [`Tampered`] store does to each entry it returns, given the reply's `now`.
+pub type Tamper = Box<dyn Fn(&mut Entry, u64)>;
 
 impl Tampered<'_> {
     fn outcome(&self, mut reply: WriteReply) -> WriteReply {

@@ -369,6 +369,45 @@ fn granted(entry: &Entry, name: &str, node: &str, now: u64) -> Result<HeldLease,
     Ok(held.lease(name))
 }
 
+/// How to give up a holding whose holder can no longer do it itself: a
+/// runtime that cut short the request that took it (its deadline, a trap,
+/// a shutdown past the grace). The write this returns is guarded by the
+/// holding's revision and value, so it never touches another holding.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GiveUp {
+    /// Delete the entry: it carries no grace past `now`.
+    Delete,
+    /// Replace the entry with this value for this TTL: it still carries a
+    /// grace, which the next holder must wait out (a resign does the same).
+    Replace {
+        /// The resigned entry's value.
+        value: Vec<u8>,
+        /// Until the grace ends.
+        ttl_ms: u64,
+    },
+}
+
+/// [`GiveUp`] for the holding whose entry holds `value`, at store time
+/// `now`: what [`Leases::resign`] would do. `None` when `value` is not a
+/// holding (a resigned entry, or one this interface did not write).
+pub fn give_up(value: &[u8], now: u64) -> Option<GiveUp> {
+    let entry = Entry {
+        key: LEASE_HOLDER_KEY.to_string(),
+        value: value.to_vec(),
+        revision: 1,
+        updated_at: now,
+        expires_at: Some(u64::MAX),
+    };
+    match State::of(&entry).ok()? {
+        State::Held(held) if held.writable_at > now => Some(GiveUp::Replace {
+            value: RESIGNED.to_vec(),
+            ttl_ms: held.writable_at - now,
+        }),
+        State::Held(_) => Some(GiveUp::Delete),
+        State::Resigned { .. } => None,
+    }
+}
+
 /// The condition only this holding satisfies: its epoch, and the value its
 /// acquire wrote (its node among it).
 fn held_by(lease: &HeldLease) -> Condition {

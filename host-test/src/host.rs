@@ -10,11 +10,14 @@ use std::sync::Arc;
 use crate::backend::{self as b, Backend};
 use crate::bindings::coord::sync::store as wit;
 use crate::bindings::wasi::random::random;
+use crate::holdings::{self, Holdings, Sending};
 
 /// What each component instance's wasmtime `Store` holds.
 pub struct HostState {
     backend: Arc<dyn Backend>,
     store_calls: u64,
+    /// The locks and leases this instance's writes took, when kept.
+    holdings: Option<Holdings>,
 }
 
 impl HostState {
@@ -23,6 +26,45 @@ impl HostState {
         HostState {
             backend,
             store_calls: 0,
+            holdings: None,
+        }
+    }
+
+    /// State for one instance over `backend` that keeps a ledger of the
+    /// locks and leases it takes, for a runtime that may cut it short and
+    /// must then give them back ([`HostState::take_holdings`]).
+    pub fn keeping_holdings(backend: Arc<dyn Backend>) -> Self {
+        HostState {
+            holdings: Some(Holdings::default()),
+            ..HostState::new(backend)
+        }
+    }
+
+    /// The ledger of what this instance holds, if it keeps one.
+    pub fn take_holdings(&mut self) -> Option<Holdings> {
+        self.holdings.take()
+    }
+
+    /// The backend this instance's store calls go to.
+    pub fn store(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    fn sending(&mut self, partition: &str, key: &str, value: &[u8]) -> Option<Sending> {
+        self.holdings
+            .as_mut()
+            .map(|h| h.sending(partition, key, value))
+    }
+
+    fn sent(
+        &mut self,
+        sending: Option<Sending>,
+        partition: &str,
+        key: &str,
+        reply: &Result<b::WriteReply, b::StoreError>,
+    ) {
+        if let (Some(holdings), Some(sending)) = (self.holdings.as_mut(), sending) {
+            holdings.sent(sending, partition, key, reply);
         }
     }
 
@@ -63,11 +105,13 @@ impl wit::Host for HostState {
         condition: wit::Condition,
     ) -> Result<wit::WriteReply, wit::Error> {
         let condition = condition.into();
-        Ok(self
+        let sending = self.sending(&partition, &key, &value);
+        let reply = self
             .backend()
             .put(&partition, &key, &value, ttl_ms, &condition)
-            .await?
-            .into())
+            .await;
+        self.sent(sending, &partition, &key, &reply);
+        Ok(reply?.into())
     }
 
     async fn delete(
@@ -77,11 +121,17 @@ impl wit::Host for HostState {
         condition: wit::Condition,
     ) -> Result<wit::WriteReply, wit::Error> {
         let condition = condition.into();
-        Ok(self
-            .backend()
-            .delete(&partition, &key, &condition)
-            .await?
-            .into())
+        let reply = self.backend().delete(&partition, &key, &condition).await;
+        if let Some(holdings) = self.holdings.as_mut() {
+            holdings.deleted(&partition, &key, &reply);
+        }
+        if matches!(reply, Err(b::StoreError::Unavailable(_))) {
+            // A release guarded by its holder's revision and value can only
+            // ever remove that holder: finish it once the store answers,
+            // rather than leave the lock held for the rest of its TTL.
+            holdings::finish_in_background(self.backend.clone(), &partition, &key, condition);
+        }
+        Ok(reply?.into())
     }
 
     async fn touch(
@@ -159,13 +209,15 @@ impl wit::Host for HostState {
         timeout_ms: u64,
     ) -> Result<wit::WriteReply, wit::Error> {
         let condition = condition.into();
-        Ok(self
+        let sending = self.sending(&partition, &key, &value);
+        let reply = self
             .backend()
             .wait_then_put(
                 &partition, &key, &value, ttl_ms, &condition, after, timeout_ms,
             )
-            .await?
-            .into())
+            .await;
+        self.sent(sending, &partition, &key, &reply);
+        Ok(reply?.into())
     }
 }
 

@@ -33,6 +33,7 @@ pub mod backend;
 mod bindings;
 pub mod clock;
 pub mod compose;
+pub mod holdings;
 mod host;
 pub mod lease_manager;
 pub mod serve;

@@ -619,7 +619,7 @@ async fn bad_requests_get_errors_that_name_the_field() {
             "POST",
             "/items/kiwi/lock?ttl_ms=999999999999",
             "",
-            "options.ttl-ms",
+            "ttl_ms",
         ),
         ("PUT", "/items/kiwi/editors/s1", "not json", "body"),
         ("GET", "/nowhere", "", "path"),

@@ -546,3 +546,29 @@ fn entries_the_interface_could_not_have_written_are_internal_never_holders() {
         Err(Error::Internal(_))
     ));
 }
+
+#[test]
+fn giving_up_for_a_cut_holder_keeps_the_grace_as_a_resign_does() {
+    let store = FakeStore::new(T0);
+    let l = leases(&store);
+    let p = l.acquire("s", "p", TTL).unwrap();
+    let value = Value::encode(p.ttl_ms, p.writable_at, &p.node);
+    assert_eq!(
+        give_up(&value, T0),
+        Some(GiveUp::Delete),
+        "no grace carried"
+    );
+    store.advance(TTL);
+    let q = l.acquire("s", "q", TTL).unwrap();
+    let value = Value::encode(q.ttl_ms, q.writable_at, &q.node);
+    assert_eq!(
+        give_up(&value, T0 + TTL + 100),
+        Some(GiveUp::Replace {
+            value: RESIGNED.to_vec(),
+            ttl_ms: TTL - 100
+        })
+    );
+    assert_eq!(give_up(&value, T0 + 2 * TTL), Some(GiveUp::Delete));
+    assert_eq!(give_up(RESIGNED, T0), None);
+    assert_eq!(give_up(b"garbage", T0), None);
+}

@@ -1,7 +1,7 @@
 //! Unit tests of the lock logic over the fake store, with the clock moved by hand.
 
 use super::*;
-use crate::fake::{CountingEntropy, FakeStore, Tampered};
+use crate::fake::{CountingEntropy, FakeStore, Tamper, Tampered};
 use crate::store::{
     ChangesReply, ListReply, MeterReply, MeterRequest, ReadReply, StoreError, WriteReply,
 };
@@ -754,7 +754,7 @@ fn is_held_decides_from_now_and_the_entrys_expiry() {
 #[test]
 fn a_broken_grant_is_internal_and_taken_back_never_acquired() {
     // A put reply at revision 0 gave `acquired` with fence 0 (WIT: never 0).
-    let cases: [(&str, Box<dyn Fn(&mut Entry, u64)>); 4] = [
+    let cases: [(&str, Tamper); 4] = [
         ("revision 0", Box::new(|entry, _| entry.revision = 0)),
         ("no expiry", Box::new(|entry, _| entry.expires_at = None)),
         (

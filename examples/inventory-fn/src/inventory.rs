@@ -148,6 +148,11 @@ fn adjust(request: &Request, item: &str) -> Reply {
 /// most, inside `coord serve`'s 60 s request deadline.
 const MAX_AUDIT_STEPS: u64 = 20;
 const MAX_AUDIT_STEP_MS: u64 = 2_500;
+/// The longest lock TTL an anonymous client may ask for (`ttl_ms`): a
+/// minute. Anything a client can name is bounded by what the service would
+/// let one caller hold: a day-long TTL let one request lock an item for a
+/// day (outside testers).
+pub const MAX_CLIENT_TTL_MS: u64 = 60_000;
 
 /// A long job under the item's lock (seed 002's "refreshing by hand"): `steps`
 /// steps of `step_ms` each, the lock kept alive between them, so the job may
@@ -160,7 +165,7 @@ fn audit(request: &Request, item: &str) -> Reply {
     let (steps, step_ms, ttl_ms) = match (
         param("steps", MAX_AUDIT_STEPS, 3),
         param("step_ms", MAX_AUDIT_STEP_MS, 100),
-        param("ttl_ms", u64::MAX, LOCK_TTL_MS),
+        param("ttl_ms", MAX_CLIENT_TTL_MS, LOCK_TTL_MS),
     ) {
         (Ok(steps), Ok(step_ms), Ok(ttl_ms)) => (steps, step_ms, ttl_ms),
         (Err(reply), _, _) | (_, Err(reply), _) | (_, _, Err(reply)) => return reply,
@@ -243,7 +248,7 @@ fn write(item: &str, delta: i64, fence: u64, idempotency_key: Option<&str>) -> R
 /// Take the item's lock and hand it to the caller, who sends it back to
 /// write, extend or release.
 fn hold(request: &Request, item: &str) -> Reply {
-    let ttl_ms = match optional_u64(request, "ttl_ms", u64::MAX) {
+    let ttl_ms = match optional_u64(request, "ttl_ms", MAX_CLIENT_TTL_MS) {
         Ok(ttl) => ttl.or(Some(LOCK_TTL_MS)),
         Err(reply) => return reply,
     };
@@ -266,7 +271,7 @@ fn extend(request: &Request, item: &str) -> Reply {
     if held.resource != resource(item) {
         return Reply::error(400, "body.resource", "the lock is for another item");
     }
-    let ttl_ms = match optional_u64(request, "ttl_ms", u64::MAX) {
+    let ttl_ms = match optional_u64(request, "ttl_ms", MAX_CLIENT_TTL_MS) {
         Ok(ttl) => ttl,
         Err(reply) => return reply,
     };

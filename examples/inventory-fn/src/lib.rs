@@ -12,10 +12,10 @@
 //! |---|---|
 //! | `GET /items/{item}` | the item's stock and newest fence |
 //! | `POST /items/{item}/adjust?delta=N[&wait_ms=T]` | lock, write with the fence, release |
-//! | `POST /items/{item}/lock[?ttl_ms=T]` | hold the item's lock across requests; replies with the lock |
-//! | `POST /items/{item}/audit[?steps=N&step_ms=S&ttl_ms=T]` | a long job under the lock, kept alive between steps |
+//! | `POST /items/{item}/lock[?ttl_ms=T]` | hold the item's lock across requests (`T` ≤ 60 000); replies with the lock |
+//! | `POST /items/{item}/audit[?steps=N&step_ms=S&ttl_ms=T]` | a long job under the lock (`T` ≤ 60 000), kept alive between steps |
 //! | `POST /items/{item}/adjust?delta=N` + lock body | write under a lock held across requests |
-//! | `POST /items/{item}/lock/extend[?ttl_ms=T]` + lock body | extend it (409 when lost) |
+//! | `POST /items/{item}/lock/extend[?ttl_ms=T]` + lock body | extend it (`T` ≤ 60 000; 409 when lost) |
 //! | `DELETE /items/{item}/lock` + lock body | release it |
 //! | `POST /exports` (`x-user-id`) | all stock, at most 10 per user per minute (429 + `retry-after`) |
 //! | `PUT /items/{item}/editors/{session}` + JSON body | announce an editor (30 s TTL) |

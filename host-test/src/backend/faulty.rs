@@ -28,6 +28,7 @@ pub struct FaultyBackend {
     per_million: AtomicU32,
     seed: Mutex<u64>,
     injected: AtomicU64,
+    deletes_down: std::sync::atomic::AtomicBool,
 }
 
 impl FaultyBackend {
@@ -38,7 +39,15 @@ impl FaultyBackend {
             per_million: AtomicU32::new(0),
             seed: Mutex::new(seed),
             injected: AtomicU64::new(0),
+            deletes_down: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// While `down`, every delete fails as `unavailable` before it reaches
+    /// the inner backend (nothing is deleted), whatever the rate: a store
+    /// that refuses the release a caller just sent.
+    pub fn set_deletes_down(&self, down: bool) {
+        self.deletes_down.store(down, Ordering::SeqCst);
     }
 
     /// Fail this share of calls from now on (0.0 to 1.0).
@@ -121,6 +130,9 @@ impl Backend for FaultyBackend {
         key: &str,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
+        if self.deletes_down.load(Ordering::SeqCst) {
+            return Err(injected("instead of"));
+        }
         faulty!(self, self.inner.delete(partition, key, condition))
     }
     async fn touch(

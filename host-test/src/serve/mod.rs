@@ -77,7 +77,16 @@ pub struct Server {
     read_timeout: Duration,
     deadline: Duration,
     metrics: Arc<ServeMetrics>,
+    /// Set when a shutdown's grace has passed: every handler still running
+    /// is cut, and gives back what it holds.
+    cut: tokio::sync::watch::Sender<bool>,
+    /// The handlers running now, and a signal each time one ends.
+    running: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
 }
+
+/// How long a shutdown waits, after its grace, for the handlers it cut to
+/// give back their locks and leases (a few store round trips each).
+const GIVE_BACK_WAIT: Duration = Duration::from_secs(5);
 
 impl Server {
     /// Compile `function` (composing it with coord first if it imports
@@ -189,6 +198,8 @@ impl Server {
             read_timeout: READ_TIMEOUT,
             deadline: REQUEST_DEADLINE,
             metrics,
+            cut: tokio::sync::watch::channel(false).0,
+            running: Arc::default(),
         })
     }
 
@@ -271,7 +282,26 @@ impl Server {
             });
         }
         drop(listener);
-        let _ = tokio::time::timeout(grace, connections.shutdown()).await;
+        if tokio::time::timeout(grace, connections.shutdown())
+            .await
+            .is_err()
+        {
+            // Past the grace: cut what still runs, and let each handler give
+            // back the locks and leases it took before the process ends
+            // (else they outlived it by their whole TTL).
+            self.cut.send_replace(true);
+            let (count, ended) = &*self.running;
+            let _ = tokio::time::timeout(GIVE_BACK_WAIT, async {
+                loop {
+                    let notified = ended.notified();
+                    if count.load(Ordering::Acquire) == 0 {
+                        break;
+                    }
+                    notified.await;
+                }
+            })
+            .await;
+        }
         Ok(())
     }
 
@@ -355,7 +385,7 @@ impl Server {
         let mut store = Store::new(
             self.pre.engine(),
             RequestState {
-                host: HostState::new(self.backend.clone()),
+                host: HostState::keeping_holdings(self.backend.clone()),
                 wasi: WasiCtx::builder().build(),
                 http: WasiHttpCtx::new(),
                 table: ResourceTable::new(),
@@ -392,18 +422,37 @@ impl Server {
         // The handler runs on its own task: it may go on streaming the body
         // after it has set the response. Its log line is written when it ends.
         let (status_known, status) = tokio::sync::oneshot::channel::<u16>();
+        let mut cut = self.cut.subscribe();
+        let running = Running::start(&self.running);
         let task = tokio::spawn(async move {
             let handle = proxy
                 .wasi_http_incoming_handler()
                 .call_handle(&mut store, incoming, outparam);
             // The epoch stops wasm at the deadline; this stops a handler
-            // waiting in a host call, reported as the same interrupt.
-            let handled = match tokio::time::timeout(left, handle).await {
-                Ok(handled) => handled,
-                Err(_) => Err(wasmtime::Trap::Interrupt.into()),
+            // waiting in a host call, reported as the same interrupt; and a
+            // shutdown past its grace cuts it the same way.
+            let handled = tokio::select! {
+                handled = handle => handled,
+                () = tokio::time::sleep(left) => Err(wasmtime::Trap::Interrupt.into()),
+                _ = cut.wait_for(|cut| *cut) => Err(wasmtime::Error::new(ShutDown)),
             };
             drop(in_use);
             let store_calls = store.data().host.store_calls();
+            if handled.is_err()
+                && let Some(holdings) = store.data_mut().host.take_holdings()
+                && !holdings.is_empty()
+            {
+                // The runtime ended this request, not the function: what
+                // its instance took it never answered with. Give it back,
+                // each write guarded by the holding's revision and value.
+                let backend = store.data().host.store().clone();
+                let given = holdings.give_back(&backend).await;
+                tracing::info!(
+                    target: "coord::serve",
+                    "a request cut short gave back {given} lock(s) and lease(s)"
+                );
+            }
+            drop(running);
             // Free the instance now, and with it the response sender its
             // table holds: a handler that trapped before responding leaves
             // the sender there, and the request waits for it to be used or
@@ -433,6 +482,7 @@ impl Server {
                 Ok(Err(trap)) if trap.downcast_ref() == Some(&wasmtime::Trap::Interrupt) => {
                     Failure::deadline(self.deadline)
                 }
+                Ok(Err(cut)) if cut.is::<ShutDown>() => Failure::shut_down(),
                 Ok(Err(trap)) => {
                     // The wasm backtrace is the operator's, in the log; the
                     // client learns only the kind of trap.
@@ -442,6 +492,35 @@ impl Server {
                 Err(join) => Failure::internal(format!("the request task failed: {join}")),
             }),
         }
+    }
+}
+
+/// Why a handler was cut: the server's shutdown, past its grace.
+#[derive(Debug)]
+struct ShutDown;
+
+impl std::fmt::Display for ShutDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cut by the server's shutdown")
+    }
+}
+
+impl std::error::Error for ShutDown {}
+
+/// One handler running, counted until it ends (see [`Server::serve_until`]).
+struct Running(Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>);
+
+impl Running {
+    fn start(running: &Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>) -> Running {
+        running.0.fetch_add(1, Ordering::AcqRel);
+        Running(running.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.1.notify_waiters();
     }
 }
 
@@ -513,6 +592,15 @@ impl Failure {
                 "the function did not respond within the {} ms deadline",
                 deadline.as_millis()
             ),
+            field: "runtime",
+        }
+    }
+
+    /// The server shut down, past its grace, before the function responded.
+    fn shut_down() -> Failure {
+        Failure {
+            status: 503,
+            message: "the server shut down before the function responded".into(),
             field: "runtime",
         }
     }

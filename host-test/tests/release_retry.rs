@@ -1,0 +1,142 @@
+//! A release that failed as `unavailable` is finished by the host once the
+//! store answers again, guarded by the holder's fence and owner, so it never
+//! frees anyone else. Outside testers saw an adjust whose release failed
+//! during a failover answer 200 and leave its item busy for the rest of
+//! the lock's TTL after the store came back.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Harness;
+use coord_host::backend::faulty::FaultyBackend;
+use coord_host::holdings::background_releases;
+use coord_host::lock::*;
+use coord_host::{Instance, Runtime};
+
+const HISTORY: usize = coord_component::memory::DEFAULT_HISTORY;
+
+per_backend!(
+    a_release_that_failed_is_finished_once_the_store_answers,
+    a_finished_release_never_frees_a_later_holder,
+);
+
+async fn instance(backend: Arc<dyn coord_host::backend::Backend>) -> Instance {
+    Runtime::new(backend).unwrap().instantiate().await.unwrap()
+}
+
+fn no_wait(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions {
+        ttl_ms: Some(ttl_ms),
+        wait: Some(WaitPolicy::NoWait),
+    }
+}
+
+fn resource() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("item:{}-{nanos}", std::process::id())
+}
+
+/// Poll until `done`, for at most 600 rounds of 50 ms: the background
+/// retry's first attempt comes 50 ms after the failure; this bound only
+/// catches a retry that never comes.
+async fn eventually(mut done: impl AsyncFnMut() -> bool) -> bool {
+    for _ in 0..600 {
+        if done().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+async fn a_release_that_failed_is_finished_once_the_store_answers(h: Harness) {
+    let faulty = Arc::new(FaultyBackend::new(h.backend.clone(), 1));
+    let mut holder = instance(faulty.clone()).await;
+    let mut observer = instance(h.backend.clone()).await;
+    let resource = resource();
+    let AcquireOutcome::Acquired(lock) = holder
+        .acquire("retry", &resource, no_wait(60_000))
+        .await
+        .unwrap()
+        .unwrap()
+    else {
+        panic!("free at first");
+    };
+    faulty.set_deletes_down(true);
+    assert!(matches!(
+        holder.release(&lock).await.unwrap(),
+        Err(Error::Unavailable(_))
+    ));
+    assert!(
+        observer
+            .inspect("retry", &resource)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_some(),
+        "the store never saw the release"
+    );
+    faulty.set_deletes_down(false);
+    let freed = eventually(async || {
+        observer
+            .inspect("retry", &resource)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    assert!(
+        freed,
+        "the failed release was never finished: the lock stays held for its TTL"
+    );
+}
+
+async fn a_finished_release_never_frees_a_later_holder(h: Harness) {
+    let faulty = Arc::new(FaultyBackend::new(h.backend.clone(), 2));
+    let mut first = instance(faulty.clone()).await;
+    let mut second = instance(h.backend.clone()).await;
+    let resource = resource();
+    let AcquireOutcome::Acquired(old) = first
+        .acquire("retry", &resource, no_wait(1000))
+        .await
+        .unwrap()
+        .unwrap()
+    else {
+        panic!("free at first");
+    };
+    faulty.set_deletes_down(true);
+    assert!(first.release(&old).await.unwrap().is_err());
+    // The old lock runs out while the store refuses deletes; another holder
+    // takes it. Then the store answers again, and the retry lands on it.
+    h.advance(1000);
+    let new = loop {
+        match second
+            .acquire("retry", &resource, no_wait(60_000))
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            AcquireOutcome::Acquired(new) => break new,
+            // A real store's clock: wait out the second.
+            AcquireOutcome::Busy(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    assert!(new.fence > old.fence);
+    faulty.set_deletes_down(false);
+    assert!(
+        eventually(async || background_releases() == 0).await,
+        "background releases never ended"
+    );
+    assert!(
+        second.is_held(&new).await.unwrap().unwrap(),
+        "a finished release freed a later holder"
+    );
+}
