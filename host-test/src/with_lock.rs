@@ -34,8 +34,25 @@
 //! unreachable until the lock must be presumed expired, cancels the
 //! [`LockGuard::lost`] token, and the run returns [`WithLockError::Lost`]
 //! once the work has returned. The lock is presumed expired one TTL after
-//! the last successful extend (or the acquire) was *sent*: the store applied
-//! it later than that, so the real expiry is never earlier.
+//! the last successful extend was *sent*: the store applied it later than
+//! that, so the real expiry is never earlier.
+//!
+//! After the acquire, the same bound would be wrong: an acquire that waits
+//! for another holder's release is one store call (`wait-then-put`; on
+//! Redis the put runs on the server when the release wakes it), sent before
+//! the wait, so an acquire that waited longer than its TTL once handed the
+//! refresher a lock it already presumed expired, and the run was reported
+//! lost while it held the lock. The lock's own expiry (`expires-at`, on the
+//! store's clock) is used instead, placed on the host's clock by the
+//! acquire's store replies: a reply's time `now` was read after its call was
+//! sent, so store time `t` came no earlier than `sent + (t - now)` on the
+//! host ([`StoreClock`]). Only differences of one clock's readings are
+//! used, so an offset between the host's clock and the store's changes
+//! nothing; the presumption is never later than the real expiry, and early
+//! by at most the time from sending one of the acquire's calls to the store
+//! reading its clock (for the first attempt, about half a round trip). It
+//! is kept between one TTL after the acquire was sent and one TTL after it
+//! returned, which hold whatever the store's clock does.
 //!
 //! The refresher stops the moment the work ends, before the release is
 //! sent, so no extend follows a release. A panicking work is released, then
@@ -44,12 +61,18 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use tokio::time::Instant;
 pub use tokio_util::sync::CancellationToken;
 
+use crate::backend::{
+    Backend, ChangesReply, Condition, ListReply, MeterReply, MeterRequest, Millis, ReadReply,
+    StoreError, WriteReply,
+};
 use crate::lock::{AcquireOptions, AcquireOutcome, Error, ExtendOutcome, HeldLock, Holder};
 use crate::{Instance, Runtime};
 
@@ -190,17 +213,24 @@ impl Runtime {
         F: FnOnce(LockGuard) -> Fut,
         Fut: Future<Output = T>,
     {
-        let mut instance = self.instantiate().await.map_err(WithLockError::Trap)?;
+        // The acquire's instance reads the store's clock off its replies.
+        let watch = Arc::new(ClockWatch::new(self.backend.clone()));
+        let watched = Runtime {
+            backend: watch.clone(),
+            ..self.clone()
+        };
+        let mut instance = watched.instantiate().await.map_err(WithLockError::Trap)?;
         let sent = Instant::now();
-        let lock = match instance
-            .acquire(id, resource, how.options)
-            .await
+        let acquired = instance.acquire(id, resource, how.options).await;
+        let returned = Instant::now();
+        let lock = match acquired
             .map_err(WithLockError::Trap)?
             .map_err(WithLockError::Lock)?
         {
             AcquireOutcome::Acquired(lock) => lock,
             AcquireOutcome::Busy(holder) => return Ok(Ran::Busy(holder)),
         };
+        let expires = presumed_expiry(&lock, watch.reading(), sent, returned);
         let mut release_on_drop = ReleaseOnDrop {
             runtime: self.clone(),
             lock: Some(lock.clone()),
@@ -214,7 +244,7 @@ impl Runtime {
         let mut keeper = Box::pin(keep_alive(
             instance,
             lock.clone(),
-            sent,
+            expires,
             how.refresh_every,
             lost,
         ));
@@ -254,18 +284,36 @@ fn ttl_of(options: &AcquireOptions) -> Duration {
     )
 }
 
+/// When a lock just acquired must be presumed expired, on the host's
+/// clock: its expiry on the store's clock placed on the host's by `clock`
+/// (the earliest it can come), kept between one TTL after the acquire was
+/// `sent` (the store took the lock after that) and one TTL after it
+/// `returned` (the store took it before). See the module's documentation.
+fn presumed_expiry(
+    lock: &HeldLock,
+    clock: Option<StoreClock>,
+    sent: Instant,
+    returned: Instant,
+) -> Instant {
+    let ttl = Duration::from_millis(lock.ttl_ms);
+    let earliest = sent + ttl;
+    let latest = returned + ttl;
+    clock
+        .and_then(|clock| clock.earliest(lock.expires_at))
+        .map_or(earliest, |at| at.clamp(earliest, latest))
+}
+
 /// Keep `lock` alive until the lock is lost; returns why. Runs until
-/// dropped otherwise. `acquired_at` is when the acquire was sent.
+/// dropped otherwise. `expires` is when the lock, as acquired, must be
+/// presumed expired.
 async fn keep_alive(
     mut instance: Instance,
     mut lock: HeldLock,
-    acquired_at: Instant,
+    mut expires: Instant,
     every: Option<Duration>,
     lost: CancellationToken,
 ) -> LostBecause {
     let ttl = Duration::from_millis(lock.ttl_ms);
-    // The lock must be presumed expired from here on.
-    let mut expires = acquired_at + ttl;
     let Some(every) = every.filter(|every| !every.is_zero()) else {
         tokio::time::sleep_until(expires).await;
         lost.cancel();
@@ -338,5 +386,266 @@ impl Drop for ReleaseOnDrop {
                 let _ = release(&runtime, &lock).await;
             });
         }
+    }
+}
+
+/// What a store reply says of the store's clock against the host's: the
+/// store read its time `now` after the call was `sent` (on the host's
+/// monotonic clock), so any store time `t` came no earlier than
+/// `sent + (t - now)` on the host. The readings of one store clock are only
+/// ever subtracted from each other, never compared with the host's, so an
+/// offset between the two clocks changes nothing; the clocks are taken to
+/// run at the same rate (a drift of parts per million is microseconds over
+/// a TTL).
+#[derive(Clone, Copy, Debug)]
+struct StoreClock {
+    sent: Instant,
+    now: Millis,
+}
+
+impl StoreClock {
+    /// The earliest host instant at which the store's clock can have read
+    /// `at` (`None` when that cannot be said: an instant too far off).
+    fn earliest(self, at: Millis) -> Option<Instant> {
+        if at >= self.now {
+            self.sent.checked_add(Duration::from_millis(at - self.now))
+        } else {
+            self.sent.checked_sub(Duration::from_millis(self.now - at))
+        }
+    }
+
+    /// Of two readings, the one that places the store's times later: both
+    /// are lower bounds, so the later is the tighter.
+    fn tighter(self, other: StoreClock) -> StoreClock {
+        let at = self.now.max(other.now);
+        match (self.earliest(at), other.earliest(at)) {
+            (Some(mine), Some(theirs)) if theirs > mine => other,
+            _ => self,
+        }
+    }
+}
+
+/// A backend that passes every call on and keeps the tightest
+/// [`StoreClock`] its replies gave: the acquire's instance in a run, whose
+/// calls all go to the lock's partition, so to one clock.
+struct ClockWatch {
+    inner: Arc<dyn Backend>,
+    reading: Mutex<Option<StoreClock>>,
+}
+
+impl ClockWatch {
+    fn new(inner: Arc<dyn Backend>) -> ClockWatch {
+        ClockWatch {
+            inner,
+            reading: Mutex::new(None),
+        }
+    }
+
+    /// The tightest reading so far, if any call was answered.
+    fn reading(&self) -> Option<StoreClock> {
+        self.reading.lock().ok().and_then(|reading| *reading)
+    }
+
+    /// Keep what `reply` (to a call sent at `sent`) says of the store's
+    /// clock, and pass it on.
+    fn saw<T>(
+        &self,
+        sent: Instant,
+        reply: Result<T, StoreError>,
+        now: impl FnOnce(&T) -> Millis,
+    ) -> Result<T, StoreError> {
+        if let Ok(answer) = &reply
+            && let Ok(mut reading) = self.reading.lock()
+        {
+            let seen = StoreClock {
+                sent,
+                now: now(answer),
+            };
+            *reading = Some(reading.map_or(seen, |kept| kept.tighter(seen)));
+        }
+        reply
+    }
+}
+
+// Every method is passed on, the provided ones too: `wait_then_put` keeps
+// the backend's own (on Redis, the put sent with the wait).
+#[async_trait]
+impl Backend for ClockWatch {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    async fn now(&self) -> Result<Millis, StoreError> {
+        let sent = Instant::now();
+        self.saw(sent, self.inner.now().await, |now| *now)
+    }
+    async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        let sent = Instant::now();
+        self.saw(sent, self.inner.get(partition, key).await, |r| r.now)
+    }
+    async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        let sent = Instant::now();
+        self.saw(sent, self.inner.list(partition, prefix).await, |r| r.now)
+    }
+    async fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let sent = Instant::now();
+        let reply = self
+            .inner
+            .put(partition, key, value, ttl_ms, condition)
+            .await;
+        self.saw(sent, reply, |r| r.now)
+    }
+    async fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let sent = Instant::now();
+        let reply = self.inner.delete(partition, key, condition).await;
+        self.saw(sent, reply, |r| r.now)
+    }
+    async fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let sent = Instant::now();
+        let reply = self.inner.touch(partition, key, ttl_ms, condition).await;
+        self.saw(sent, reply, |r| r.now)
+    }
+    async fn changes(
+        &self,
+        partition: &str,
+        after: u64,
+        max: u32,
+    ) -> Result<ChangesReply, StoreError> {
+        let sent = Instant::now();
+        let reply = self.inner.changes(partition, after, max).await;
+        self.saw(sent, reply, |r| r.now)
+    }
+    async fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError> {
+        let sent = Instant::now();
+        let reply = self.inner.meter(partition, key, request).await;
+        self.saw(sent, reply, |r| r.now)
+    }
+    async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        // A revision, no time.
+        self.inner.wait(partition, after, timeout_ms).await
+    }
+    async fn wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<WriteReply, StoreError> {
+        let sent = Instant::now();
+        let reply = self
+            .inner
+            .wait_then_put(partition, key, value, ttl_ms, condition, after, timeout_ms)
+            .await;
+        self.saw(sent, reply, |r| r.now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_reading_places_store_times_no_later_than_they_came() {
+        let sent = Instant::now();
+        // The store read 5_000 at some host instant after `sent`.
+        let reading = StoreClock { sent, now: 5_000 };
+        let at = |ms: u64| reading.earliest(ms).unwrap();
+        assert_eq!(at(5_000), sent);
+        assert_eq!(at(6_500), sent + Duration::from_millis(1_500));
+        // Whatever the store's clock reads against the host's: a reading of
+        // 10^12 ms places the same differences the same way.
+        let far = StoreClock {
+            sent,
+            now: 1_000_000_000_000,
+        };
+        assert_eq!(
+            far.earliest(1_000_000_001_500).unwrap(),
+            sent + Duration::from_millis(1_500)
+        );
+
+        // A later call that waited 2 s before the store read 7_000 says
+        // less than the first (sent 10 ms after it, it places 7_000 at
+        // sent + 10 ms; the first at sent + 2 s): the first is kept.
+        let waited = StoreClock {
+            sent: sent + Duration::from_millis(10),
+            now: 7_000,
+        };
+        let kept = reading.tighter(waited);
+        assert_eq!(kept.earliest(7_000).unwrap(), sent + Duration::from_secs(2));
+        assert_eq!(
+            waited.tighter(reading).earliest(7_000),
+            kept.earliest(7_000)
+        );
+        // One sent 3 s later that read 5_100 says more: it is kept.
+        let later = StoreClock {
+            sent: sent + Duration::from_secs(3),
+            now: 5_100,
+        };
+        assert_eq!(
+            reading.tighter(later).earliest(5_100).unwrap(),
+            sent + Duration::from_secs(3)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_presumed_expiry_stays_between_the_acquires_send_and_return_plus_the_ttl() {
+        let sent = Instant::now();
+        let returned = sent + Duration::from_secs(5);
+        let lock = |expires_at| HeldLock {
+            id: "i".into(),
+            resource: "r".into(),
+            owner: "o".into(),
+            fence: 1,
+            ttl_ms: 1_000,
+            expires_at,
+        };
+        let reading = Some(StoreClock { sent, now: 50_000 });
+        let ttl = Duration::from_secs(1);
+        // Taken 4 s into a 5 s wait: expires at 55_000 on the store.
+        assert_eq!(
+            presumed_expiry(&lock(55_000), reading, sent, returned),
+            sent + Duration::from_secs(5)
+        );
+        // A store clock that jumped back (a failover to a node behind):
+        // never before one TTL after the acquire was sent.
+        assert_eq!(
+            presumed_expiry(&lock(40_000), reading, sent, returned),
+            sent + ttl
+        );
+        // One that jumped ahead: never after one TTL after it returned.
+        assert_eq!(
+            presumed_expiry(&lock(90_000), reading, sent, returned),
+            returned + ttl
+        );
+        // No reading at all: from the send, as before.
+        assert_eq!(
+            presumed_expiry(&lock(55_000), None, sent, returned),
+            sent + ttl
+        );
     }
 }

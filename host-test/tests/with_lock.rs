@@ -1,14 +1,16 @@
 //! `Runtime::with_lock`: work under a lock that is kept alive while it runs,
 //! a lost signal, and a release whatever happens — on memory and on Redis,
 //! in real time (the refresher keeps time with tokio, as it does in use), with
-//! short TTLs.
+//! short TTLs. The runs whose acquire waits for another holder run on Redis
+//! in real time, and on memory with the store's clock on tokio's, paused, so
+//! that the two clocks move together exactly.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::stall_proxy::StallProxy;
@@ -19,6 +21,7 @@ use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::backend::recording::RecordingBackend;
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
+use coord_host::clock::TokioClock;
 use coord_host::lock::{AcquireOptions, AcquireOutcome, WaitPolicy};
 use coord_host::with_lock::{LostBecause, Ran, WithLock, WithLockError};
 use futures_util::FutureExt as _;
@@ -366,4 +369,193 @@ async fn a_store_stalled_past_the_ttl_fires_the_lost_signal() {
 /// A job for a run that must not start.
 fn must_not_run() -> u32 {
     panic!("the job must not run while another holds the lock")
+}
+
+/// A store in memory on tokio's clock: with tokio's time paused, the store's
+/// time and the refresher's timers move together, to the millisecond.
+fn memory_on_tokio_time() -> Arc<dyn Backend> {
+    Arc::new(MemoryBackend::new(Arc::new(TokioClock::new(
+        1_750_000_000_000,
+    ))))
+}
+
+async fn redis_store() -> Arc<dyn Backend> {
+    redis().await
+}
+
+/// The tests of an acquire that waits for another holder longer than its
+/// own TTL: on memory with the store's clock and tokio's paused together,
+/// and on Redis in real time.
+macro_rules! waiting {
+    ($($name:ident),* $(,)?) => {
+        mod waiting_on_memory {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $name() {
+                    super::$name(super::memory_on_tokio_time()).await
+                }
+            )*
+        }
+        mod waiting_on_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::redis_store().await).await
+                }
+            )*
+        }
+    };
+}
+
+waiting!(
+    an_acquire_that_waited_past_its_ttl_keeps_its_lock,
+    two_runs_on_one_lock_take_turns_and_neither_is_lost,
+    without_refresh_a_waited_lock_is_presumed_expired_one_ttl_after_it_was_taken,
+);
+
+/// Acquire with a wait long enough for any holder here, and `ttl_ms`.
+fn waiting(ttl_ms: u64) -> AcquireOptions {
+    AcquireOptions {
+        ttl_ms: Some(ttl_ms),
+        wait: Some(WaitPolicy::Timeout(30_000)),
+    }
+}
+
+/// Another holder keeps the lock (a 60 s TTL) for two of the run's TTLs,
+/// then releases it: the run's acquire waits that long, then takes it. The
+/// refresher once counted the TTL from when the acquire was sent, so it
+/// found the lock presumed expired before the work began and the run was
+/// reported lost (`Unreachable`) while it held the lock all along.
+async fn an_acquire_that_waited_past_its_ttl_keeps_its_lock(store: Arc<dyn Backend>) {
+    let runtime = Runtime::new(store).unwrap();
+    let mut holder = runtime.instantiate().await.unwrap();
+    let resource = "waited";
+    let AcquireOutcome::Acquired(held) = holder
+        .acquire(ID, resource, options(60_000))
+        .await
+        .unwrap()
+        .unwrap()
+    else {
+        panic!("the holder could not take it")
+    };
+    let hold = Duration::from_millis(2 * LONG_TTL_MS);
+    let started = tokio::time::Instant::now();
+    let run = runtime.with_lock(
+        ID,
+        resource,
+        WithLock::refreshing(waiting(LONG_TTL_MS)),
+        |guard| {
+            let runtime = runtime.clone();
+            async move {
+                let waited = started.elapsed();
+                let mut observer = runtime.instantiate().await.unwrap();
+                let mut seen = Vec::new();
+                // Three TTLs of work, the lock refreshed beside it.
+                for _ in 0..3 {
+                    tokio::time::sleep(Duration::from_millis(LONG_TTL_MS)).await;
+                    let holder = observer.inspect(ID, resource).await.unwrap().unwrap();
+                    seen.push((guard.is_lost(), holder.map(|h| h.fence)));
+                }
+                (waited, guard.fence(), seen)
+            }
+        },
+    );
+    let release = async {
+        tokio::time::sleep(hold).await;
+        assert!(holder.release(&held).await.unwrap().unwrap());
+    };
+    let (ran, ()) = tokio::join!(run, release);
+    let (waited, fence, seen) = match ran {
+        Ok(Ran::Done(done)) => done,
+        other => panic!("the run held the lock throughout, yet: {other:?}"),
+    };
+    assert!(waited >= hold, "the acquire waited {waited:?}");
+    assert!(fence > held.fence);
+    assert_eq!(
+        seen,
+        vec![(false, Some(fence)); 3],
+        "never lost, always held"
+    );
+}
+
+/// `coord demo` run twice at once on one store: each runs a job of a few
+/// TTLs under `with_lock`, so one acquire waits for the other's release,
+/// more than its TTL. In every round one demo once exited with "the lock
+/// (fence …) was lost while the work ran: Unreachable".
+async fn two_runs_on_one_lock_take_turns_and_neither_is_lost(store: Arc<dyn Backend>) {
+    let runtime = Runtime::new(store).unwrap();
+    let running = Arc::new(AtomicBool::new(false));
+    let run = |name: &'static str| {
+        let running = running.clone();
+        runtime.with_lock(
+            ID,
+            "turns",
+            WithLock::refreshing(waiting(LONG_TTL_MS)),
+            move |guard| async move {
+                assert!(!running.swap(true, Ordering::SeqCst), "one at a time");
+                tokio::time::sleep(Duration::from_millis(2 * LONG_TTL_MS)).await;
+                running.store(false, Ordering::SeqCst);
+                (name, guard.fence(), guard.is_lost())
+            },
+        )
+    };
+    let (a, b) = tokio::join!(run("a"), run("b"));
+    let (Ok(Ran::Done((_, fa, false))), Ok(Ran::Done((_, fb, false)))) = (&a, &b) else {
+        panic!("both ran to the end holding the lock: {a:?} {b:?}")
+    };
+    assert_ne!(fa, fb);
+}
+
+/// Without refresh, the lost signal fires when the lock must be presumed
+/// expired: one TTL after the store took it (never later: the work began
+/// after that), not one TTL after the acquire that waited was sent.
+async fn without_refresh_a_waited_lock_is_presumed_expired_one_ttl_after_it_was_taken(
+    store: Arc<dyn Backend>,
+) {
+    // On tokio's paused clock, exact; in real time, the timer's rounding up
+    // to the next millisecond, the store's millisecond clock and a busy
+    // machine's scheduling come on top.
+    let slack = if store.kind() == "memory" {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(LONG_TTL_MS / 10)
+    };
+    let runtime = Runtime::new(store).unwrap();
+    let mut holder = runtime.instantiate().await.unwrap();
+    let resource = "waited-once";
+    let AcquireOutcome::Acquired(held) = holder
+        .acquire(ID, resource, options(60_000))
+        .await
+        .unwrap()
+        .unwrap()
+    else {
+        panic!("the holder could not take it")
+    };
+    let signalled = Arc::new(Mutex::new(None));
+    let after = signalled.clone();
+    let run = runtime.with_lock(
+        ID,
+        resource,
+        WithLock::once(waiting(LONG_TTL_MS)),
+        |guard| async move {
+            let began = tokio::time::Instant::now();
+            guard.lost().cancelled().await;
+            *after.lock().unwrap() = Some(began.elapsed());
+        },
+    );
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(2 * LONG_TTL_MS)).await;
+        assert!(holder.release(&held).await.unwrap().unwrap());
+    };
+    let (ran, ()) = tokio::join!(run, release);
+    match ran {
+        Err(WithLockError::Lost { because, .. }) => assert_eq!(because, LostBecause::Expired),
+        other => panic!("expected lost, got {other:?}"),
+    }
+    let signalled = signalled.lock().unwrap().unwrap();
+    let ttl = Duration::from_millis(LONG_TTL_MS);
+    assert!(
+        signalled <= ttl + slack && signalled >= ttl * 3 / 4,
+        "the signal fired {signalled:?} into the work, for a TTL of {ttl:?}"
+    );
 }
