@@ -237,3 +237,137 @@ fn operator_commands_refuse_the_in_memory_store_and_bad_input() {
         assert!(run(command).status.success());
     }
 }
+
+/// Wait for `child` with a generous watchdog (a deadlock detector, not a
+/// speed target: the machine may be busy); kill it and fail past it.
+fn wait_bounded(mut child: std::process::Child, what: &str) -> Output {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not finish within 90 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Outside testers (9): `--listen nonsense` exited 1 without naming
+/// `--listen`, after compiling the function; a bad `--redis-cluster` was
+/// `Error::Unavailable(… InvalidClientConfig)`, exit 1. Both are usage
+/// errors now (exit 2, naming the flag) found before any work.
+#[test]
+fn bad_addresses_are_usage_errors_naming_the_flag() {
+    let run = |args: &[&str]| {
+        let child = Command::new(env!("CARGO_BIN_EXE_coord"))
+            .args(args)
+            .env_remove("COORD_REDIS_URL")
+            .env_remove("COORD_REDIS_CLUSTER")
+            .env_remove("COORD_LISTEN")
+            .env("COORD_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_bounded(child, &format!("{args:?}"))
+    };
+    for (args, flag) in [
+        (
+            &["serve", "--no-cache", "--listen", "nonsense"][..],
+            "--listen",
+        ),
+        (
+            &["serve", "--no-cache", "--listen", "127.0.0.1:99999"],
+            "--listen",
+        ),
+        (
+            &[
+                "serve",
+                "--no-cache",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "nonsense",
+            ],
+            "--admin",
+        ),
+        (
+            &[
+                "serve",
+                "--no-cache",
+                "--redis-cluster",
+                "redis://127.0.0.1:7301,:7302",
+            ],
+            "--redis-cluster",
+        ),
+        (
+            &[
+                "lock",
+                "inspect",
+                "a",
+                "b",
+                "--redis-cluster",
+                "redis://127.0.0.1:7301,127.0.0.1:notaport",
+            ],
+            "--redis-cluster",
+        ),
+        (
+            &[
+                "lock",
+                "inspect",
+                "a",
+                "b",
+                "--redis-cluster",
+                "http://127.0.0.1:7301",
+            ],
+            "--redis-cluster",
+        ),
+        (
+            &["lock", "inspect", "a", "b", "--redis-cluster", " , "],
+            "--redis-cluster",
+        ),
+    ] {
+        let out = run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).is_empty(),
+            "{args:?}: did work"
+        );
+    }
+}
+
+/// Outside testers (9): `--redis-cluster` seeds as `redis-cli --cluster`
+/// prints them (no scheme after the first) are the first seed's kind.
+#[test]
+fn cluster_seeds_without_a_scheme_take_the_first_seeds() {
+    let url = common::redis_cluster_url();
+    let mut seeds = url.split(',');
+    let first = seeds.next().unwrap().to_string();
+    let rest: Vec<&str> = seeds
+        .map(|seed| seed.trim().strip_prefix("redis://").unwrap_or(seed))
+        .collect();
+    let listed = [first.as_str()]
+        .into_iter()
+        .chain(rest)
+        .collect::<Vec<_>>()
+        .join(",");
+    let child = Command::new(env!("CARGO_BIN_EXE_coord"))
+        .args(["lock", "inspect", "inventory.stock", "item:1", "--json"])
+        .args(["--redis-cluster", &listed])
+        .env("COORD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(child, "lock inspect on a cluster");
+    assert!(
+        out.status.success(),
+        "{listed}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["held"], false);
+}

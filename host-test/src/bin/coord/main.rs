@@ -10,11 +10,12 @@ mod inventory;
 mod long_work;
 mod operate;
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::backend::nats::{NatsBackend, NatsConfig};
@@ -74,10 +75,12 @@ pub struct StoreArgs {
           conflicts_with_all = ["nats", "redis_cluster"])]
     redis: Option<String>,
     /// Keep coordination state in a Redis Cluster: the URLs of one or more
-    /// of its nodes, comma-separated (the rest are found from them). Each
-    /// call goes to the master serving its partition. Without the flag, a
-    /// non-empty $COORD_REDIS_CLUSTER means the same.
-    #[arg(long, value_name = "URLS", conflicts_with = "nats")]
+    /// of its nodes, comma-separated (the rest are found from them). A node
+    /// after the first may be HOST:PORT alone, as `redis-cli --cluster`
+    /// prints them: it takes the first URL's scheme, user and password.
+    /// Each call goes to the master serving its partition. Without the
+    /// flag, a non-empty $COORD_REDIS_CLUSTER means the same.
+    #[arg(long, value_name = "URLS", conflicts_with = "nats", value_parser = cluster_seeds)]
     redis_cluster: Option<String>,
     /// On Redis (one server or a cluster): answer a write only once this
     /// many replicas hold it (WAIT behind each write), else `unavailable`,
@@ -113,14 +116,15 @@ struct ServeArgs {
     function: Option<String>,
     #[command(flatten)]
     store: StoreArgs,
-    /// Where to listen.
+    /// Where to listen: IP:PORT, or HOST:PORT resolved at start.
     #[arg(
         long,
         value_name = "ADDR",
         default_value = "127.0.0.1:8080",
-        env = "COORD_LISTEN"
+        env = "COORD_LISTEN",
+        value_parser = socket_address
     )]
-    listen: String,
+    listen: SocketAddr,
     /// Requests run at once, each in its own instance; one more is answered
     /// 503.
     #[arg(long, value_name = "N", default_value_t = coord_host::serve::MAX_CONCURRENT_REQUESTS,
@@ -148,8 +152,8 @@ struct ServeArgs {
     grace_ms: u64,
     /// Serve /metrics (Prometheus), /healthz and /readyz on a listener of
     /// their own at ADDR (off by default).
-    #[arg(long, value_name = "ADDR", env = "COORD_ADMIN")]
-    admin: Option<String>,
+    #[arg(long, value_name = "ADDR", env = "COORD_ADMIN", value_parser = socket_address)]
+    admin: Option<SocketAddr>,
     /// Keep compiled functions in DIR, so that the next start with the same
     /// function loads them instead of compiling again (default:
     /// $XDG_CACHE_HOME/coord, else ~/.cache/coord).
@@ -229,10 +233,23 @@ impl StoreArgs {
             };
         }
         if self.redis.is_none()
-            && let Some(urls) = self
-                .redis_cluster
-                .clone()
-                .or_else(|| env("COORD_REDIS_CLUSTER"))
+            && let Some(urls) = self.redis_cluster.clone().or_else(|| {
+                env("COORD_REDIS_CLUSTER").map(|urls| {
+                    // What the flag's parser would have said of it: a usage
+                    // error (exit 2) before any work.
+                    cluster_seeds(&urls).unwrap_or_else(|why| {
+                        Cli::command()
+                            .error(
+                                clap::error::ErrorKind::InvalidValue,
+                                format!(
+                                    "invalid value {urls:?} in $COORD_REDIS_CLUSTER \
+                                     (--redis-cluster): {why}"
+                                ),
+                            )
+                            .exit()
+                    })
+                })
+            })
         {
             return Target::Redis {
                 url: urls,
@@ -263,6 +280,101 @@ impl StoreArgs {
 /// else the local default.
 fn default_redis_url(from_env: Option<String>) -> String {
     default_url(from_env, "redis://127.0.0.1:6379")
+}
+
+/// `--listen` and `--admin`: an IP address and port, or a host name and
+/// port resolved now (its first address), so that a bad one is a usage
+/// error naming the flag before the function is compiled.
+fn socket_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let expected = "expected IP:PORT or HOST:PORT, for example 127.0.0.1:8080 or [::1]:8080";
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(expected.into());
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return Err(format!(
+            "the port must be a number from 0 to 65535; {expected}"
+        ));
+    };
+    if host.is_empty() {
+        return Err(expected.into());
+    }
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addresses| addresses.next())
+        .ok_or_else(|| format!("cannot resolve the host {host:?}; {expected}"))
+}
+
+/// `--redis-cluster` (and $COORD_REDIS_CLUSTER): the seeds as URLs,
+/// comma-separated. A seed without a scheme (`10.0.0.2:7000`, as
+/// `redis-cli --cluster` prints the nodes) is the first seed's URL with its
+/// host and port: the same scheme (TLS or not), user, password and
+/// database. Every seed is checked as the Redis client will read it.
+fn cluster_seeds(text: &str) -> Result<String, String> {
+    let seeds: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|seed| !seed.is_empty())
+        .collect();
+    let Some(first) = seeds.first() else {
+        return Err(
+            "expected the URL of at least one of the cluster's nodes, for example \
+                    redis://10.0.0.1:7000,10.0.0.2:7000"
+                .into(),
+        );
+    };
+    // A node's URL, parsed: `redis://`, `rediss://` or Valkey's spellings
+    // of them (a cluster has no Unix-socket nodes).
+    let redis_node_url = |url: &str| {
+        redis::parse_redis_url(url)
+            .filter(|url| matches!(url.scheme(), "redis" | "rediss" | "valkey" | "valkeys"))
+    };
+    let with_scheme = |seed: &str| {
+        if seed.contains("://") {
+            seed.to_string()
+        } else {
+            format!("redis://{seed}")
+        }
+    };
+    let base = redis_node_url(&with_scheme(first)).ok_or_else(|| {
+        format!("{first:?} is not a redis:// or rediss:// URL of a node (redis://HOST:PORT)")
+    })?;
+    let mut urls = Vec::with_capacity(seeds.len());
+    for seed in seeds {
+        let url = if seed.contains("://") {
+            seed.to_string()
+        } else {
+            let Some((host, port)) = seed.rsplit_once(':') else {
+                return Err(format!("{seed:?} has no port: expected HOST:PORT or a URL"));
+            };
+            let port = port
+                .parse::<u16>()
+                .ok()
+                .filter(|port| *port > 0)
+                .ok_or_else(|| format!("{seed:?}: the port must be a number from 1 to 65535"))?;
+            if host.is_empty() {
+                return Err(format!("{seed:?} has no host: expected HOST:PORT or a URL"));
+            }
+            let mut url = base.clone();
+            url.set_host(Some(host))
+                .map_err(|e| format!("{seed:?}: not a host ({e})"))?;
+            url.set_port(Some(port))
+                .map_err(|()| format!("{seed:?}: not a port"))?;
+            url.to_string()
+        };
+        if redis_node_url(&url).is_none()
+            || redis::IntoConnectionInfo::into_connection_info(url.as_str()).is_err()
+        {
+            return Err(format!(
+                "{seed:?} is not a redis:// or rediss:// URL of a node (redis://HOST:PORT)"
+            ));
+        }
+        urls.push(url);
+    }
+    Ok(urls.join(","))
 }
 
 /// A URL from the environment unless it is unset or empty, else `local`.
@@ -399,10 +511,10 @@ async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
         .with_read_timeout(Duration::from_millis(args.read_timeout_ms))
         .with_deadline(Duration::from_millis(args.deadline_ms)),
     );
-    let listen = &args.listen;
+    let listen = args.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| wasmtime::format_err!("listening on {listen}: {e}"))?;
+        .map_err(|e| wasmtime::format_err!("cannot listen on --listen {listen}: {e}"))?;
     let address = listener.local_addr()?;
     let composed = if server.composed() {
         ", composed with coord"
@@ -413,9 +525,9 @@ async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
     // soon as a script has read it.
     let admin = match &args.admin {
         Some(admin) => Some(
-            tokio::net::TcpListener::bind(admin)
+            tokio::net::TcpListener::bind(*admin)
                 .await
-                .map_err(|e| wasmtime::format_err!("listening on --admin {admin}: {e}"))?,
+                .map_err(|e| wasmtime::format_err!("cannot listen on --admin {admin}: {e}"))?,
         ),
         None => None,
     };
@@ -477,6 +589,58 @@ fn compose(function: &str, out: &str) -> wasmtime::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_seeds_without_a_scheme_take_the_first_seeds_scheme_and_credentials() {
+        assert_eq!(
+            cluster_seeds("redis://127.0.0.1:7301,127.0.0.1:7302, 127.0.0.1:7303 ,"),
+            Ok("redis://127.0.0.1:7301,redis://127.0.0.1:7302,redis://127.0.0.1:7303".into())
+        );
+        assert_eq!(
+            cluster_seeds("rediss://ann:secret@db1:7000/0,db2:7001,redis://db3:7002"),
+            Ok(
+                "rediss://ann:secret@db1:7000/0,rediss://ann:secret@db2:7001/0,redis://db3:7002"
+                    .into()
+            )
+        );
+        assert_eq!(
+            cluster_seeds("10.0.0.1:7000,[::1]:7001"),
+            Ok("redis://10.0.0.1:7000,redis://[::1]:7001".into())
+        );
+        for bad in [
+            "",
+            " , ",
+            "http://127.0.0.1:7301",
+            "unix:///tmp/redis.sock",
+            "redis://127.0.0.1:7301,:7302",
+            "redis://127.0.0.1:7301,127.0.0.1",
+            "redis://127.0.0.1:7301,127.0.0.1:notaport",
+            "redis://127.0.0.1:7301,127.0.0.1:0",
+            "redis://127.0.0.1:7301,127.0.0.1:70000",
+            "redis://127.0.0.1:7301,bad host:7302",
+        ] {
+            assert!(cluster_seeds(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses_are_checked_when_parsed() {
+        assert_eq!(
+            socket_address("127.0.0.1:0"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 0)))
+        );
+        assert!(socket_address("[::1]:8080").is_ok());
+        assert!(socket_address("localhost:8080").is_ok());
+        for bad in [
+            "nonsense",
+            "127.0.0.1",
+            "127.0.0.1:99999",
+            ":8080",
+            "127.0.0.1:http",
+        ] {
+            assert!(socket_address(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn an_empty_redis_url_variable_is_unset() {
