@@ -254,6 +254,151 @@ fn wait_bounded(mut child: std::process::Child, what: &str) -> Output {
     }
 }
 
+async fn instance_on(url: &str) -> (coord_host::Instance, String) {
+    let config = redis_config(url, 64, None);
+    let prefix = config.prefix.clone();
+    let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
+    (
+        Runtime::new(backend).unwrap().instantiate().await.unwrap(),
+        prefix,
+    )
+}
+
+fn json_text(text: &str) -> Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Whether `text` holds a character a terminal would act on or hide: a C0
+/// or C1 control, DEL, a bidi control, a zero-width character.
+fn raw_control(text: &str) -> Option<char> {
+    text.chars().find(|&c| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}' | '\u{feff}')
+    })
+}
+
+/// Outside testers (8): a client named its editor session
+/// `evil\nforged-row\x1b[2J` through the example function; `coord ephemeral
+/// list` printed the newline raw (a forged row) and the escape (the screen
+/// cleared). Every table now shows such characters escaped; `--json` keeps
+/// the exact value, and a value that is not UTF-8 comes out as base64.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_clients_wrote_cannot_write_on_the_operators_terminal() {
+    let url = redis_url().await;
+    let (mut i, prefix) = instance_on(&url).await;
+    let serve = common::serve::Serve::start(&["--redis", &url, "--prefix", &prefix]);
+    let put = serve
+        .call(
+            "PUT",
+            "/items/apple/editors/evil%0Aforged-row%1B%5B2J",
+            None,
+            "{\"name\":\"\u{202e}gnp.exe\u{9b}2J\u{7f}\"}",
+        )
+        .await;
+    assert_eq!(put.status, 200, "{}", put.json);
+    let editors = Space {
+        id: "inventory.editors".into(),
+        ttl_ms: 30_000,
+        max_value_bytes: 4096,
+    };
+    // Bytes that are not UTF-8, as a function in bytes mode may store them.
+    i.upsert(&editors, "apple", "binary", &[0xff, 0x00, b'a', 0x80])
+        .await
+        .unwrap()
+        .unwrap();
+
+    let table = coord(
+        &["ephemeral", "list", "inventory.editors", "apple"],
+        &url,
+        &prefix,
+        "",
+    );
+    assert!(table.status.success());
+    let text = String::from_utf8(table.stdout).unwrap();
+    assert_eq!(raw_control(&text), None, "{text:?}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "a header, two entries, a count: {text}");
+    assert!(!text.lines().any(|l| l.starts_with("forged-row")), "{text}");
+    assert!(text.contains("evil\\nforged-row\\x1b[2J"), "{text}");
+    assert!(text.contains("\\u{202e}gnp.exe\\u{9b}2J\\x7f"), "{text}");
+    assert!(text.contains("\\xff\\x00a\\x80"), "{text}");
+
+    let listed = coord(
+        &["ephemeral", "list", "inventory.editors", "apple", "--json"],
+        &url,
+        &prefix,
+        "",
+    );
+    let raw = String::from_utf8(listed.stdout.clone()).unwrap();
+    assert_eq!(raw_control(&raw), None, "JSON escapes them too: {raw:?}");
+    let listed = json(&listed);
+    let entries = listed["entries"].as_array().unwrap();
+    let binary = entries.iter().find(|e| e["key"] == "binary").unwrap();
+    assert_eq!(binary["valueBase64"], "/wBhgA==", "{binary}");
+    assert!(binary.get("value").is_none(), "{binary}");
+    let evil = entries
+        .iter()
+        .find(|e| e["key"] == "evil\nforged-row\x1b[2J")
+        .unwrap();
+    assert_eq!(
+        evil["value"],
+        "{\"name\":\"\u{202e}gnp.exe\u{9b}2J\u{7f}\"}"
+    );
+    assert!(evil.get("valueBase64").is_none(), "{evil}");
+
+    let watched = coord(
+        &[
+            "ephemeral",
+            "watch",
+            "inventory.editors",
+            "apple",
+            "--for-ms",
+            "300",
+        ],
+        &url,
+        &prefix,
+        "",
+    );
+    let raw = String::from_utf8(watched.stdout).unwrap();
+    assert_eq!(raw_control(&raw), None, "{raw:?}");
+    let events: Vec<Value> = raw.lines().map(json_text).collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["key"] == "binary" && e["valueBase64"] == "/wBhgA=="),
+        "{raw}"
+    );
+    assert!(
+        events.iter().any(|e| e["key"] == "evil\nforged-row\x1b[2J"),
+        "{raw}"
+    );
+
+    // What the operator typed is echoed escaped too, in every table.
+    for args in [
+        &["lock", "inspect", "inventory.stock", "item:\x1b[2J"][..],
+        &[
+            "limit",
+            "peek",
+            "inventory.exports",
+            "user:\u{202e}x",
+            "--limit",
+            "10",
+            "--window",
+            "60000",
+        ],
+    ] {
+        let out = coord(args, &url, &prefix, "");
+        assert!(
+            out.status.success(),
+            "{:?}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(raw_control(&text), None, "{text:?}");
+    }
+    common::delete_prefix(&url, &prefix);
+}
+
 /// Outside testers (9): `--listen nonsense` exited 1 without naming
 /// `--listen`, after compiling the function; a bad `--redis-cluster` was
 /// `Error::Unavailable(… InvalidClientConfig)`, exit 1. Both are usage

@@ -9,6 +9,7 @@ mod demo;
 mod inventory;
 mod long_work;
 mod operate;
+mod terminal;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;

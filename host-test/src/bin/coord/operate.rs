@@ -1,6 +1,7 @@
 //! Operator commands: see and change what functions see, through the
 //! component, on the store a `coord serve` uses — etcd's `etcdctl lock`,
-//! for coord. A table for people, `--json` for scripts.
+//! for coord. A table for people, `--json` for scripts; whatever clients
+//! wrote is printed escaped (`crate::terminal`).
 
 use std::io::{BufRead, Write};
 
@@ -11,6 +12,7 @@ use coord_host::ratelimit::{Decision, Limiter};
 use coord_host::{Instance, Runtime};
 use serde_json::json;
 
+use crate::terminal::{json_line, text, value_field};
 use crate::{StoreArgs, Target, backend};
 
 /// `coord lock …`
@@ -46,6 +48,16 @@ pub enum LockCommand {
 #[derive(Subcommand)]
 pub enum EphemeralCommand {
     /// The live entries of TENANT in SPACE.
+    ///
+    /// In the table, characters a terminal would act on or hide (controls,
+    /// bidi overrides, zero-width characters) are shown escaped: `\n`,
+    /// `\x1b`, `\u{202e}`, a backslash as `\\`, a byte that is not UTF-8
+    /// as `\xNN`. With --json: `{"entries": [{"key", "value", "revision",
+    /// "updatedAt"}], "revision"}`, where `value` is the entry's bytes as
+    /// text when they are UTF-8; otherwise `value` is absent and
+    /// `valueBase64` holds them in standard base64 (RFC 4648, padded).
+    /// In JSON, revisions are strings, and those characters are \uNNNN
+    /// escapes (the same strings).
     List {
         /// The space's id (`inventory.editors`).
         space: String,
@@ -56,6 +68,14 @@ pub enum EphemeralCommand {
     },
     /// Stream TENANT's changes in SPACE as JSON lines, from its current
     /// entries on, until interrupted (or for --for-ms).
+    ///
+    /// Each line is `{"type": "upsert", "key", "value", "revision", "at"}`,
+    /// `{"type": "delete" | "expire", "key", "revision", "at"}` or
+    /// `{"type": "resync-required"}` (then the command ends). `value` is the
+    /// entry's bytes as text when they are UTF-8; otherwise `value` is
+    /// absent and `valueBase64` holds them in standard base64 (RFC 4648,
+    /// padded). Characters a terminal would act on or hide are \uNNNN
+    /// escapes.
     Watch {
         /// The space's id.
         space: String,
@@ -144,8 +164,9 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
             let mut i = instance(&common).await?;
             let holder = i.inspect(&id, &resource).await?.map_err(failed)?;
             if common.json {
-                println!("{}", holder_json(&holder));
+                println!("{}", json_line(&holder_json(&holder)));
             } else {
+                let (id, resource) = (text(&id), text(&resource));
                 match holder {
                     Some(h) => println!(
                         "LOCK {id} {resource}\nheld   yes\nfence  {}\nleft   {} ms",
@@ -165,11 +186,12 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
         } => {
             let mut i = instance(&common).await?;
             let holder = i.inspect(&id, &resource).await?.map_err(failed)?;
+            let (id_text, resource_text) = (text(&id), text(&resource));
             if let Some(h) = &holder
                 && !yes
             {
                 eprint!(
-                    "Free lock {id} {resource}, held at fence {} for {} ms more? [y/N] ",
+                    "Free lock {id_text} {resource_text}, held at fence {} for {} ms more? [y/N] ",
                     h.fence, h.remaining_ms
                 );
                 let _ = std::io::stderr().flush();
@@ -181,11 +203,11 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
             }
             let released = i.force_release(&id, &resource).await?.map_err(failed)?;
             if common.json {
-                println!("{}", json!({ "released": released }));
+                println!("{}", json_line(&json!({ "released": released })));
             } else if released {
-                println!("released {id} {resource}");
+                println!("released {id_text} {resource_text}");
             } else {
-                println!("{id} {resource} was not held");
+                println!("{id_text} {resource_text} was not held");
             }
             Ok(())
         }
@@ -200,6 +222,15 @@ fn space(id: &str) -> Space {
         ttl_ms: 60_000,
         max_value_bytes: 1 << 20,
     }
+}
+
+/// An entry or an event as JSON, its value as [`value_field`] says.
+fn with_value(mut object: serde_json::Value, value: &[u8]) -> serde_json::Value {
+    let (field, value) = value_field(value);
+    if let Some(object) = object.as_object_mut() {
+        object.insert(field.into(), value);
+    }
+    object
 }
 
 /// Run a `coord ephemeral` command.
@@ -220,26 +251,30 @@ pub async fn ephemeral(command: EphemeralCommand) -> wasmtime::Result<()> {
                     .entries
                     .iter()
                     .map(|e| {
-                        json!({
-                            "key": e.key,
-                            "value": String::from_utf8_lossy(&e.value),
-                            "revision": e.revision.to_string(),
-                            "updatedAt": e.updated_at,
-                        })
+                        with_value(
+                            json!({
+                                "key": e.key,
+                                "revision": e.revision.to_string(),
+                                "updatedAt": e.updated_at,
+                            }),
+                            &e.value,
+                        )
                     })
                     .collect();
                 println!(
                     "{}",
-                    json!({ "entries": entries, "revision": snapshot.revision.to_string() })
+                    json_line(
+                        &json!({ "entries": entries, "revision": snapshot.revision.to_string() })
+                    )
                 );
             } else {
                 println!("{:<24} {:>20} VALUE", "KEY", "REVISION");
                 for e in &snapshot.entries {
                     println!(
                         "{:<24} {:>20} {}",
-                        e.key,
+                        text(&e.key),
                         e.revision,
-                        String::from_utf8_lossy(&e.value)
+                        crate::terminal::bytes(&e.value)
                     );
                 }
                 println!(
@@ -280,17 +315,20 @@ pub async fn ephemeral(command: EphemeralCommand) -> wasmtime::Result<()> {
                     continue;
                 };
                 let line = match &event {
-                    Event::Upsert(e) => json!({
-                        "type": "upsert", "key": e.key, "value": String::from_utf8_lossy(&e.value),
-                        "revision": e.revision.to_string(), "at": e.updated_at,
-                    }),
+                    Event::Upsert(e) => with_value(
+                        json!({
+                            "type": "upsert", "key": e.key,
+                            "revision": e.revision.to_string(), "at": e.updated_at,
+                        }),
+                        &e.value,
+                    ),
                     Event::Delete(r) | Event::Expire(r) => json!({
                         "type": if matches!(event, Event::Delete(_)) { "delete" } else { "expire" },
                         "key": r.key, "revision": r.revision.to_string(), "at": r.at,
                     }),
                     Event::ResyncRequired => json!({ "type": "resync-required" }),
                 };
-                println!("{line}");
+                println!("{}", json_line(&line));
                 if matches!(event, Event::ResyncRequired) {
                     return Ok(());
                 }
@@ -324,11 +362,15 @@ pub async fn limit(command: LimitCommand) -> wasmtime::Result<()> {
     }
     let decision = i.peek(&limiter, &args.key).await?.map_err(failed)?;
     if args.common.json {
-        println!("{}", decision_json(&decision));
+        println!("{}", json_line(&decision_json(&decision)));
     } else {
         println!(
             "LIMIT {} {}\nremaining  {} of {}\nreset in   {} ms",
-            args.id, args.key, decision.remaining, decision.limit, decision.reset_in_ms
+            text(&args.id),
+            text(&args.key),
+            decision.remaining,
+            decision.limit,
+            decision.reset_in_ms
         );
     }
     Ok(())
