@@ -238,6 +238,19 @@ fn operator_commands_refuse_the_in_memory_store_and_bad_input() {
     }
 }
 
+/// A `coord ARGS --redis URL --prefix PREFIX` process, its pipes open.
+fn spawn_coord(args: &[&str], url: &str, prefix: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_coord"))
+        .args(args)
+        .args(["--redis", url, "--prefix", prefix])
+        .env("COORD_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Wait for `child` with a generous watchdog (a deadlock detector, not a
 /// speed target: the machine may be busy); kill it and fail past it.
 fn wait_bounded(mut child: std::process::Child, what: &str) -> Output {
@@ -399,6 +412,112 @@ async fn what_clients_wrote_cannot_write_on_the_operators_terminal() {
     common::delete_prefix(&url, &prefix);
 }
 
+/// Outside testers (9): the help's tenant example (`item:42`) is not the
+/// tenant the example function uses (the bare item), so it listed nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helps_example_tenant_is_the_one_the_function_uses() {
+    let url = redis_url().await;
+    let (_i, prefix) = instance_on(&url).await;
+    let serve = common::serve::Serve::start(&["--redis", &url, "--prefix", &prefix]);
+    let put = serve
+        .call("PUT", "/items/apple/editors/s1", None, "{\"user\":\"ada\"}")
+        .await;
+    assert_eq!(put.status, 200, "{}", put.json);
+    for command in ["list", "watch"] {
+        let help = Command::new(env!("CARGO_BIN_EXE_coord"))
+            .args(["ephemeral", command, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        assert!(!help.contains("item:42"), "{help}");
+        assert!(help.contains("`apple`"), "{help}");
+    }
+    let listed = coord(
+        &["ephemeral", "list", "inventory.editors", "apple", "--json"],
+        &url,
+        &prefix,
+        "",
+    );
+    assert_eq!(json(&listed)["entries"][0]["key"], "s1");
+    common::delete_prefix(&url, &prefix);
+}
+
+/// Outside testers (9): errors printed Rust's Debug form
+/// (`Error::InvalidArgument(InvalidArgument { field: "id", … })`); each is
+/// now a sentence naming the argument.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_errors_are_sentences_that_name_the_argument() {
+    let url = redis_url().await;
+    let prefix = format!("coord-operate-errors-{}", std::process::id());
+    for (args, says) in [
+        (
+            &["lock", "inspect", "", "item:1"][..],
+            "invalid argument `id`: must not be empty",
+        ),
+        (
+            &["lock", "release", "--force", "--yes", "inventory.stock", ""],
+            "invalid argument `resource`: must not be empty",
+        ),
+        (
+            &["ephemeral", "list", "inventory.editors", ""],
+            "invalid argument `tenant`: must not be empty",
+        ),
+        (
+            &["ephemeral", "watch", "", "apple"],
+            "invalid argument `space`: must not be empty",
+        ),
+        (
+            &[
+                "limit",
+                "peek",
+                "inventory.exports",
+                "user:1",
+                "--limit",
+                "0",
+                "--window",
+                "1000",
+            ],
+            "invalid argument `--limit`",
+        ),
+        (
+            &[
+                "limit",
+                "reset",
+                "inventory.exports",
+                "user:1",
+                "--limit",
+                "1",
+                "--window",
+                "0",
+            ],
+            "invalid argument `--window`",
+        ),
+    ] {
+        let out = coord(args, &url, &prefix, "");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        for debug in ["Error::", "InvalidArgument {", "field:"] {
+            assert!(!stderr.contains(debug), "{args:?}: {stderr}");
+        }
+    }
+    // A store that refuses the connection: a sentence, not Debug.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let refused = coord(
+        &["lock", "inspect", "inventory.stock", "item:1"],
+        &format!("redis://127.0.0.1:{port}"),
+        &prefix,
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the store is unavailable"), "{stderr}");
+    assert!(!stderr.contains("Error::"), "{stderr}");
+}
+
 /// Outside testers (9): `--listen nonsense` exited 1 without naming
 /// `--listen`, after compiling the function; a bad `--redis-cluster` was
 /// `Error::Unavailable(… InvalidClientConfig)`, exit 1. Both are usage
@@ -515,4 +634,55 @@ fn cluster_seeds_without_a_scheme_take_the_first_seeds() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(json(&out)["held"], false);
+}
+
+/// Outside testers (9): with Redis hung, operator commands gave up after
+/// 6.6 s where README states 2 s. A listener that accepts and never
+/// answers: each command fails with a sentence saying so (its time is not
+/// asserted: the machine may be busy; the watchdog only catches a hang).
+#[test]
+fn a_store_that_never_answers_is_given_up_on_with_a_sentence() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream); // accepted, never read, never answered
+        }
+    });
+    let children: Vec<_> = [
+        &["lock", "inspect", "inventory.stock", "item:1"][..],
+        &[
+            "lock",
+            "release",
+            "--force",
+            "--yes",
+            "inventory.stock",
+            "item:1",
+        ],
+        &["ephemeral", "list", "inventory.editors", "apple"],
+        &["ephemeral", "watch", "inventory.editors", "apple"],
+        &[
+            "limit",
+            "peek",
+            "inventory.exports",
+            "user:1",
+            "--limit",
+            "10",
+            "--window",
+            "60000",
+        ],
+    ]
+    .into_iter()
+    .map(|args| (args, spawn_coord(args, &url, "hung")))
+    .collect();
+    for (args, child) in children {
+        let out = wait_bounded(child, &format!("{args:?}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("the store did not answer within 2 s"),
+            "{args:?}: {stderr}"
+        );
+    }
 }

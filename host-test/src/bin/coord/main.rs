@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::backend::nats::{NatsBackend, NatsConfig};
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
+use coord_host::backend::{Backend, StoreError};
 use coord_host::serve::Server;
 
 /// coord: distributed locks, leases, ephemeral state and rate limits for
@@ -414,8 +414,34 @@ async fn main() -> ExitCode {
     }
 }
 
+/// A store's error as a sentence.
+pub fn store_failure(error: &StoreError) -> String {
+    match error {
+        StoreError::Unavailable(why) => format!("the store is unavailable: {why}"),
+        StoreError::Invalid(why) => format!("the store refused the request: {why}"),
+        StoreError::HistoryGone(after) => format!(
+            "the store's change history no longer reaches back (it is complete after revision {after})"
+        ),
+    }
+}
+
 /// Connect to where coordination state lives; says where, for the log.
 pub async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, String)> {
+    backend_for(target, None).await
+}
+
+/// [`backend`], with the Redis client's response timeout set when given.
+pub async fn backend_for(
+    target: &Target,
+    redis_response_timeout: Option<Duration>,
+) -> wasmtime::Result<(Arc<dyn Backend>, String)> {
+    // Says what could not be used, and why, as a sentence.
+    let cannot = |what: &str, url: &str, e: StoreError| match e {
+        StoreError::Unavailable(why) => {
+            wasmtime::format_err!("the store is unavailable: cannot use {what} at {url}: {why}")
+        }
+        other => wasmtime::format_err!("cannot use {what} at {url}: {}", store_failure(&other)),
+    };
     match target {
         Target::Memory => Ok((
             Arc::new(MemoryBackend::default()),
@@ -431,6 +457,9 @@ pub async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, Str
             config.prefix = prefix.clone();
             config.cluster = *cluster;
             config.replica_acks = *replica_acks;
+            if let Some(timeout) = redis_response_timeout {
+                config.response_timeout = timeout;
+            }
             let what = if *cluster {
                 "the Redis Cluster"
             } else {
@@ -438,7 +467,7 @@ pub async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, Str
             };
             let backend = RedisBackend::connect(config)
                 .await
-                .map_err(|e| wasmtime::format_err!("cannot use {what} at {url}: {e:?}"))?;
+                .map_err(|e| cannot(what, url, e))?;
             let acks = match replica_acks {
                 0 => String::new(),
                 n => format!(", writes held by {n} replicas"),
@@ -459,7 +488,7 @@ pub async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, Str
             config.replicas = *replicas;
             let backend = NatsBackend::connect(config)
                 .await
-                .map_err(|e| wasmtime::format_err!("cannot use NATS at {url}: {e:?}"))?;
+                .map_err(|e| cannot("NATS", url, e))?;
             Ok((
                 Arc::new(backend),
                 format!(

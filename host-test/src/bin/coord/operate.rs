@@ -1,11 +1,19 @@
 //! Operator commands: see and change what functions see, through the
 //! component, on the store a `coord serve` uses — etcd's `etcdctl lock`,
-//! for coord. A table for people, `--json` for scripts; whatever clients
-//! wrote is printed escaped (`crate::terminal`).
+//! for coord. A table for people, `--json` for scripts.
+//!
+//! Whatever clients wrote is printed escaped (`crate::terminal`); every
+//! error is a sentence naming the argument; a store that does not answer
+//! is given up on after [`STORE_BOUND`].
 
+use std::borrow::Cow;
+use std::future::Future;
 use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use coord_host::backend::Backend;
 use coord_host::ephemeral::{Event, Space};
 use coord_host::lock::Holder;
 use coord_host::ratelimit::{Decision, Limiter};
@@ -13,7 +21,7 @@ use coord_host::{Instance, Runtime};
 use serde_json::json;
 
 use crate::terminal::{json_line, text, value_field};
-use crate::{StoreArgs, Target, backend};
+use crate::{StoreArgs, Target, backend_for};
 
 /// `coord lock …`
 #[derive(Subcommand)]
@@ -59,9 +67,10 @@ pub enum EphemeralCommand {
     /// In JSON, revisions are strings, and those characters are \uNNNN
     /// escapes (the same strings).
     List {
-        /// The space's id (`inventory.editors`).
+        /// The space's id (the example's editors: `inventory.editors`).
         space: String,
-        /// The tenant (`item:42`).
+        /// The tenant (the example keys its editors by the bare item:
+        /// `apple`).
         tenant: String,
         #[command(flatten)]
         common: Common,
@@ -77,9 +86,10 @@ pub enum EphemeralCommand {
     /// padded). Characters a terminal would act on or hide are \uNNNN
     /// escapes.
     Watch {
-        /// The space's id.
+        /// The space's id (`inventory.editors`).
         space: String,
-        /// The tenant.
+        /// The tenant (the example keys its editors by the bare item:
+        /// `apple`).
         tenant: String,
         /// Stop after this long (default: never).
         #[arg(long, value_name = "MS")]
@@ -125,9 +135,108 @@ pub struct Common {
     json: bool,
 }
 
-/// An instance on the store `common` names; the in-memory store is refused:
-/// it lives inside one `coord serve` process, out of this one's reach.
-async fn instance(common: &Common) -> wasmtime::Result<Instance> {
+/// How long a step of an operator command waits for the store before it
+/// gives up: the store's response timeout as README states it
+/// ("Unreachable is unavailable": 2 s, `RedisConfig::response_timeout`).
+/// The Redis client retries a connection that timed out twice more, so a
+/// hung Redis answered an operator only after 6.6 s; this bound is around
+/// the whole step (connecting included) instead.
+pub const STORE_BOUND: Duration = Duration::from_secs(2);
+
+/// The store time one step of a command may still spend: connecting and
+/// the calls before a prompt are one step, the calls after it another.
+/// Local work (compiling the component, the operator at the prompt) does
+/// not count.
+struct Budget {
+    left: Duration,
+}
+
+impl Budget {
+    fn new() -> Budget {
+        Budget { left: STORE_BOUND }
+    }
+
+    /// `call`, unless the store takes longer than what is left.
+    async fn run<T>(
+        &mut self,
+        call: impl Future<Output = wasmtime::Result<T>>,
+    ) -> wasmtime::Result<T> {
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(self.left, call).await;
+        self.left = self.left.saturating_sub(start.elapsed());
+        outcome.unwrap_or_else(|_| Err(did_not_answer()))
+    }
+}
+
+fn did_not_answer() -> wasmtime::Error {
+    wasmtime::format_err!(
+        "the store did not answer within {} s",
+        STORE_BOUND.as_secs()
+    )
+}
+
+/// A component's error as a sentence for the operator.
+trait Sentence {
+    fn sentence(&self) -> String;
+}
+
+macro_rules! sentence_for {
+    ($($error:path),* $(,)?) => {$(
+        impl Sentence for $error {
+            fn sentence(&self) -> String {
+                match self {
+                    Self::Unavailable(why) => {
+                        format!("the store is unavailable: {}", text(why))
+                    }
+                    Self::InvalidArgument(invalid) => format!(
+                        "invalid argument `{}`: {}",
+                        argument(&invalid.field),
+                        text(&invalid.reason)
+                    ),
+                    Self::Internal(why) => format!(
+                        "the store answered something coord did not write (an internal error): {}",
+                        text(why)
+                    ),
+                }
+            }
+        }
+    )*};
+}
+
+sentence_for!(
+    coord_host::lock::Error,
+    coord_host::ephemeral::Error,
+    coord_host::ratelimit::Error,
+);
+
+/// A WIT field as the operator typed it: the argument or flag.
+fn argument(field: &str) -> Cow<'_, str> {
+    Cow::Borrowed(match field {
+        "lock.id" | "limiter.id" => "id",
+        "lock.resource" => "resource",
+        "space.id" => "space",
+        "limiter.limit" => "--limit",
+        "limiter.window-ms" => "--window",
+        other => return text(other),
+    })
+}
+
+/// A component call's outcome, its error as a sentence.
+async fn call<T, E: Sentence>(
+    outcome: impl Future<Output = wasmtime::Result<Result<T, E>>>,
+) -> wasmtime::Result<T> {
+    outcome
+        .await?
+        .map_err(|e| wasmtime::format_err!("{}", e.sentence()))
+}
+
+/// An instance on the store `common` names, and that store; the in-memory
+/// store is refused: it lives inside one `coord serve` process, out of this
+/// one's reach. Connecting spends `budget`.
+async fn open(
+    common: &Common,
+    budget: &mut Budget,
+) -> wasmtime::Result<(Instance, Arc<dyn Backend>)> {
     let target = common.store.target();
     if matches!(target, Target::Memory) {
         wasmtime::bail!(
@@ -136,15 +245,19 @@ async fn instance(common: &Common) -> wasmtime::Result<Instance> {
              store lives inside its process"
         );
     }
-    let (backend, _) = backend(&target).await?;
-    Runtime::new(backend)?.instantiate().await
+    // The Redis client's own timeout a little past the bound, so that the
+    // bound is what the operator meets, with the same sentence every time.
+    let (backend, _) = budget
+        .run(backend_for(
+            &target,
+            Some(STORE_BOUND + Duration::from_secs(1)),
+        ))
+        .await?;
+    let instance = Runtime::new(backend.clone())?.instantiate().await?;
+    Ok((instance, backend))
 }
 
-fn failed(what: impl std::fmt::Debug) -> wasmtime::Error {
-    wasmtime::format_err!("{what:?}")
-}
-
-fn holder_json(holder: &Option<Holder>) -> serde_json::Value {
+fn holder_json(holder: Option<&Holder>) -> serde_json::Value {
     match holder {
         Some(h) => {
             json!({ "held": true, "fence": h.fence.to_string(), "remainingMs": h.remaining_ms })
@@ -161,10 +274,11 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
             resource,
             common,
         } => {
-            let mut i = instance(&common).await?;
-            let holder = i.inspect(&id, &resource).await?.map_err(failed)?;
+            let mut budget = Budget::new();
+            let (mut i, _) = open(&common, &mut budget).await?;
+            let holder = budget.run(call(i.inspect(&id, &resource))).await?;
             if common.json {
-                println!("{}", json_line(&holder_json(&holder)));
+                println!("{}", json_line(&holder_json(holder.as_ref())));
             } else {
                 let (id, resource) = (text(&id), text(&resource));
                 match holder {
@@ -184,8 +298,9 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
             resource,
             common,
         } => {
-            let mut i = instance(&common).await?;
-            let holder = i.inspect(&id, &resource).await?.map_err(failed)?;
+            let mut budget = Budget::new();
+            let (mut i, _) = open(&common, &mut budget).await?;
+            let holder = budget.run(call(i.inspect(&id, &resource))).await?;
             let (id_text, resource_text) = (text(&id), text(&resource));
             if let Some(h) = &holder
                 && !yes
@@ -201,7 +316,8 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
                     wasmtime::bail!("not released");
                 }
             }
-            let released = i.force_release(&id, &resource).await?.map_err(failed)?;
+            let mut budget = Budget::new();
+            let released = budget.run(call(i.force_release(&id, &resource))).await?;
             if common.json {
                 println!("{}", json_line(&json!({ "released": released })));
             } else if released {
@@ -241,11 +357,11 @@ pub async fn ephemeral(command: EphemeralCommand) -> wasmtime::Result<()> {
             tenant,
             common,
         } => {
-            let mut i = instance(&common).await?;
-            let snapshot = i
-                .snapshot(&space(&id), &tenant, None)
-                .await?
-                .map_err(failed)?;
+            let mut budget = Budget::new();
+            let (mut i, _) = open(&common, &mut budget).await?;
+            let snapshot = budget
+                .run(call(i.snapshot(&space(&id), &tenant, None)))
+                .await?;
             if common.json {
                 let entries: Vec<_> = snapshot
                     .entries
@@ -291,17 +407,16 @@ pub async fn ephemeral(command: EphemeralCommand) -> wasmtime::Result<()> {
             for_ms,
             common,
         } => {
-            let mut i = instance(&common).await?;
-            let watcher = i
-                .watch(&space(&id), &tenant, None, None)
-                .await?
-                .map_err(failed)?;
-            let until =
-                for_ms.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
+            let mut budget = Budget::new();
+            let (mut i, _) = open(&common, &mut budget).await?;
+            let watcher = budget
+                .run(call(i.watch(&space(&id), &tenant, None, None)))
+                .await?;
+            let until = for_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
             loop {
                 let wait = match until {
                     Some(until) => {
-                        let left = until.saturating_duration_since(std::time::Instant::now());
+                        let left = until.saturating_duration_since(Instant::now());
                         if left.is_zero() {
                             return Ok(());
                         }
@@ -311,7 +426,11 @@ pub async fn ephemeral(command: EphemeralCommand) -> wasmtime::Result<()> {
                     }
                     None => 30_000,
                 };
-                let Some(event) = i.next_event(&watcher, wait).await?.map_err(failed)? else {
+                // The wait itself, and then the store's bound.
+                let mut budget = Budget {
+                    left: Duration::from_millis(wait) + STORE_BOUND,
+                };
+                let Some(event) = budget.run(call(i.next_event(&watcher, wait))).await? else {
                     continue;
                 };
                 let line = match &event {
@@ -356,11 +475,12 @@ pub async fn limit(command: LimitCommand) -> wasmtime::Result<()> {
         window_ms: args.window,
         algorithm: None,
     };
-    let mut i = instance(&args.common).await?;
+    let mut budget = Budget::new();
+    let (mut i, _) = open(&args.common, &mut budget).await?;
     if reset {
-        i.reset(&limiter, &args.key).await?.map_err(failed)?;
+        budget.run(call(i.reset(&limiter, &args.key))).await?;
     }
-    let decision = i.peek(&limiter, &args.key).await?.map_err(failed)?;
+    let decision = budget.run(call(i.peek(&limiter, &args.key))).await?;
     if args.common.json {
         println!("{}", json_line(&decision_json(&decision)));
     } else {
