@@ -277,6 +277,97 @@ async fn instance_on(url: &str) -> (coord_host::Instance, String) {
     )
 }
 
+async fn take(
+    i: &mut coord_host::Instance,
+    id: &str,
+    resource: &str,
+) -> coord_host::lock::HeldLock {
+    let options = AcquireOptions {
+        ttl_ms: Some(60_000),
+        wait: Some(WaitPolicy::NoWait),
+    };
+    match i.acquire(id, resource, options).await.unwrap().unwrap() {
+        AcquireOutcome::Acquired(lock) => lock,
+        AcquireOutcome::Busy(h) => panic!("busy at fence {}", h.fence),
+    }
+}
+
+/// Outside testers (7): the prompt showed fence F1; while it waited, F1 was
+/// released and the lock taken again (F2) elsewhere; `y` then freed F2, a
+/// holder the operator never saw. The release is now guarded by the holder
+/// shown (fence and owner): it frees nothing and names the new holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_frees_only_the_holder_it_showed() {
+    let url = redis_url().await;
+    let (mut i, prefix) = instance_on(&url).await;
+    for json in [false, true] {
+        let resource = format!("item:swap-{json}");
+        let first = take(&mut i, "inventory.stock", &resource).await;
+        let mut args = vec!["lock", "release", "--force", "inventory.stock", &resource];
+        if json {
+            args.push("--json");
+        }
+        let mut child = spawn_coord(&args, &url, &prefix);
+        // Read the prompt as it is written (it ends without a newline).
+        let mut stderr = child.stderr.take().unwrap();
+        let (prompted, prompt) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut byte = [0u8; 1];
+            let mut sent = false;
+            while let Ok(1) = std::io::Read::read(&mut stderr, &mut byte) {
+                seen.push(byte[0]);
+                if !sent && seen.ends_with(b"[y/N] ") {
+                    let _ = prompted.send(String::from_utf8_lossy(&seen).into_owned());
+                    sent = true;
+                }
+            }
+            String::from_utf8_lossy(&seen).into_owned()
+        });
+        let shown = prompt
+            .recv_timeout(std::time::Duration::from_secs(90))
+            .expect("the prompt");
+        assert!(shown.contains(&first.fence.to_string()), "{shown}");
+        // Meanwhile, elsewhere: F1 is released and the lock taken again.
+        assert!(i.release(&first).await.unwrap().unwrap());
+        let second = take(&mut i, "inventory.stock", &resource).await;
+        assert!(second.fence > first.fence);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"y\n").unwrap();
+        drop(stdin);
+        let output = wait_bounded(child, "lock release");
+        let stderr = reader.join().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(1), "{stdout} / {stderr}");
+        assert!(
+            i.is_held(&second).await.unwrap().unwrap(),
+            "the holder the operator never saw keeps its lock: {stdout} / {stderr}"
+        );
+        if json {
+            let answer = json_text(&stdout);
+            assert_eq!(answer["released"], false, "{answer}");
+            assert_eq!(answer["changed"], true, "{answer}");
+            assert_eq!(
+                answer["shown"]["fence"],
+                first.fence.to_string(),
+                "{answer}"
+            );
+            assert_eq!(answer["now"]["fence"], second.fence.to_string(), "{answer}");
+        } else {
+            let said = format!("{stdout}{stderr}");
+            assert!(!said.contains("released inventory.stock"), "{said}");
+            assert!(said.contains("not released"), "{said}");
+            assert!(said.contains("changed"), "{said}");
+            assert!(
+                said.contains(&second.fence.to_string()),
+                "names the new holder: {said}"
+            );
+        }
+        assert!(i.release(&second).await.unwrap().unwrap());
+    }
+    common::delete_prefix(&url, &prefix);
+}
+
 fn json_text(text: &str) -> Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }

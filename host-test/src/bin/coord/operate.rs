@@ -13,15 +13,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use coord_component::keys;
 use coord_host::backend::Backend;
 use coord_host::ephemeral::{Event, Space};
-use coord_host::lock::Holder;
+use coord_host::lock::{HeldLock, Holder};
 use coord_host::ratelimit::{Decision, Limiter};
 use coord_host::{Instance, Runtime};
 use serde_json::json;
 
 use crate::terminal::{json_line, text, value_field};
-use crate::{StoreArgs, Target, backend_for};
+use crate::{StoreArgs, Target, backend_for, store_failure};
 
 /// `coord lock …`
 #[derive(Subcommand)]
@@ -36,6 +37,14 @@ pub enum LockCommand {
         common: Common,
     },
     /// Free the lock ID RESOURCE whoever holds it (a holder known to be gone).
+    ///
+    /// Frees exactly the holder shown at the prompt (its fence and owner
+    /// token): if the lock was released and taken again meanwhile, nothing
+    /// is freed, the new holder is shown, and the command exits 1. With
+    /// --json: `{"released": true, "fence": "F"}`; `{"released": false,
+    /// "held": false}` when it was not held; `{"released": false,
+    /// "changed": true, "shown": {…}, "now": {…}}` when it changed after
+    /// it was shown.
     Release {
         /// Required: this frees another owner's lock.
         #[arg(long, required = true)]
@@ -266,6 +275,57 @@ fn holder_json(holder: Option<&Holder>) -> serde_json::Value {
     }
 }
 
+/// The holder `inspect` shows, with its owner token, read from the lock's
+/// entry at the same fence: what a release guarded by exactly that holder
+/// needs. The WIT's `holder` has no owner, so the token is read from the
+/// store itself; a holder that changed between the two reads is read again.
+struct Shown {
+    holder: Holder,
+    lock: HeldLock,
+}
+
+async fn shown(
+    i: &mut Instance,
+    backend: &Arc<dyn Backend>,
+    id: &str,
+    resource: &str,
+) -> wasmtime::Result<Option<Shown>> {
+    let partition = keys::lock_partition(id, resource);
+    for _ in 0..3 {
+        let Some(holder) = call(i.inspect(id, resource)).await? else {
+            return Ok(None);
+        };
+        let read = backend
+            .get(&partition, keys::LOCK_HOLDER_KEY)
+            .await
+            .map_err(|e| wasmtime::format_err!("{}", store_failure(&e)))?;
+        let Some(entry) = read.entry.filter(|e| e.revision == holder.fence) else {
+            continue;
+        };
+        // `inspect` checked that the entry is an owner token (hex digits).
+        let owner = String::from_utf8(entry.value).map_err(|_| {
+            wasmtime::format_err!("the lock's entry is not an owner token (an internal error)")
+        })?;
+        let lock = HeldLock {
+            id: id.to_string(),
+            resource: resource.to_string(),
+            owner,
+            fence: holder.fence,
+            // Not used by a release; any TTL the interface accepts.
+            ttl_ms: holder
+                .remaining_ms
+                .clamp(1, coord_component::validate::MAX_TTL_MS),
+            expires_at: entry.expires_at.unwrap_or(read.now),
+        };
+        return Ok(Some(Shown { holder, lock }));
+    }
+    wasmtime::bail!(
+        "lock {} {} changed at each of three looks: nothing was released; try again",
+        text(id),
+        text(resource)
+    )
+}
+
 /// Run a `coord lock` command.
 pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
     match command {
@@ -299,15 +359,25 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
             common,
         } => {
             let mut budget = Budget::new();
-            let (mut i, _) = open(&common, &mut budget).await?;
-            let holder = budget.run(call(i.inspect(&id, &resource))).await?;
+            let (mut i, backend) = open(&common, &mut budget).await?;
+            let shown = budget.run(shown(&mut i, &backend, &id, &resource)).await?;
             let (id_text, resource_text) = (text(&id), text(&resource));
-            if let Some(h) = &holder
-                && !yes
-            {
+            let Some(shown) = shown else {
+                if common.json {
+                    println!(
+                        "{}",
+                        json_line(&json!({ "released": false, "held": false }))
+                    );
+                } else {
+                    println!("{id_text} {resource_text} was not held");
+                }
+                return Ok(());
+            };
+            let fence = shown.holder.fence;
+            if !yes {
                 eprint!(
-                    "Free lock {id_text} {resource_text}, held at fence {} for {} ms more? [y/N] ",
-                    h.fence, h.remaining_ms
+                    "Free lock {id_text} {resource_text}, held at fence {fence} for {} ms more? [y/N] ",
+                    shown.holder.remaining_ms
                 );
                 let _ = std::io::stderr().flush();
                 let mut answer = String::new();
@@ -316,16 +386,51 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
                     wasmtime::bail!("not released");
                 }
             }
+            // Guarded by the holder shown: its fence and owner token.
             let mut budget = Budget::new();
-            let released = budget.run(call(i.force_release(&id, &resource))).await?;
-            if common.json {
-                println!("{}", json_line(&json!({ "released": released })));
-            } else if released {
-                println!("released {id_text} {resource_text}");
-            } else {
-                println!("{id_text} {resource_text} was not held");
+            if budget.run(call(i.release(&shown.lock))).await? {
+                if common.json {
+                    println!(
+                        "{}",
+                        json_line(&json!({ "released": true, "fence": fence.to_string() }))
+                    );
+                } else {
+                    println!("released {id_text} {resource_text} (fence {fence})");
+                }
+                return Ok(());
             }
-            Ok(())
+            let now = budget.run(call(i.inspect(&id, &resource))).await?;
+            if common.json {
+                println!(
+                    "{}",
+                    json_line(&json!({
+                        "released": false,
+                        "changed": true,
+                        "shown": holder_json(Some(&shown.holder)),
+                        "now": holder_json(now.as_ref()),
+                    }))
+                );
+            }
+            match now {
+                // The holder shown let it go or expired: free, as asked,
+                // though not by this command.
+                None => {
+                    if !common.json {
+                        println!(
+                            "{id_text} {resource_text} was not released by this command: the \
+                             holder shown (fence {fence}) let it go or expired meanwhile; it is free"
+                        );
+                    }
+                    Ok(())
+                }
+                Some(h) => wasmtime::bail!(
+                    "not released: lock {id_text} {resource_text} changed after it was shown \
+                     (fence {fence}): it is now held at fence {} for {} ms more, by a holder \
+                     you were not asked about; run the command again to free that one",
+                    h.fence,
+                    h.remaining_ms
+                ),
+            }
         }
     }
 }
