@@ -23,6 +23,17 @@ struct Node {
     name: String,
     child: Option<Child>,
     client_port: u16,
+    binary: std::path::PathBuf,
+    args: Vec<String>,
+}
+
+fn spawn(binary: &std::path::Path, args: &[String]) -> Child {
+    Command::new(binary)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// Three `nats-server`s routed to each other, killed on drop.
@@ -49,21 +60,30 @@ impl Cluster {
         let mut nodes = Vec::new();
         for i in 0..3 {
             let name = format!("n{i}");
-            let child = Command::new(&binary)
-                .args(["-a", "127.0.0.1", "-p", &client_ports[i].to_string()])
-                .args(["-n", &name, "-js", "-sd"])
-                .arg(dir.join(&name))
-                .args(["--cluster_name", "coordtest"])
-                .args(["--cluster", &format!("nats://127.0.0.1:{}", route_ports[i])])
-                .args(["--routes", &routes])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
+            let args = vec![
+                "-a".to_string(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                client_ports[i].to_string(),
+                "-n".into(),
+                name.clone(),
+                "-js".into(),
+                "-sd".into(),
+                dir.join(&name).display().to_string(),
+                "--cluster_name".into(),
+                "coordtest".into(),
+                "--cluster".into(),
+                format!("nats://127.0.0.1:{}", route_ports[i]),
+                "--routes".into(),
+                routes.clone(),
+            ];
+            let child = spawn(&binary, &args);
             nodes.push(Node {
                 name,
                 child: Some(child),
                 client_port: client_ports[i],
+                binary: binary.clone(),
+                args,
             });
         }
         Cluster { nodes, dir }
@@ -76,6 +96,14 @@ impl Cluster {
             .map(|n| format!("nats://127.0.0.1:{}", n.client_port))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Start a killed server again, with its data.
+    fn restart(&mut self, name: &str) {
+        let node = self.nodes.iter_mut().find(|n| n.name == name).unwrap();
+        if node.child.is_none() {
+            node.child = Some(spawn(&node.binary, &node.args));
+        }
     }
 
     fn kill(&mut self, name: &str) {
@@ -205,6 +233,67 @@ async fn contention_on_a_replicated_stream_is_decided_again_never_unavailable() 
         "{} of 400 contended calls failed with the store answering: {:?}",
         failed.len(),
         &failed[..failed.len().min(5)]
+    );
+}
+
+/// Outside testers killed 2 of 3 servers: every `/readyz` answered 200
+/// while every adjust was 503 (10008). Ready means the stream can take a
+/// write: not ready within seconds of the quorum's loss, ready again once
+/// it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_streams_quorum() {
+    use coord_host::backend::Backend;
+    let mut cluster = Cluster::start("ready");
+    let backend = connect(&cluster, "COORDREADY").await;
+    // Until a poll says `want`, 240 polls 250 ms apart: a bound on a store
+    // that never changes its answer, not a speed target.
+    async fn until(backend: &NatsBackend, want: bool) -> bool {
+        for _ in 0..240 {
+            if backend.ready().await.is_ok() == want {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        false
+    }
+    assert!(until(&backend, true).await, "never ready with all three up");
+    // Keep the stream's leader; kill the other two, so the server that
+    // answers is the one that led, as outside testers had it.
+    let observer = async_nats::connect(cluster.url().split(',').collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let leader = stream_leader(&observer, "COORDREADY").await.unwrap();
+    let others: Vec<String> = ["n0", "n1", "n2"]
+        .into_iter()
+        .filter(|n| *n != leader)
+        .map(str::to_string)
+        .collect();
+    for other in &others {
+        cluster.kill(other);
+    }
+    assert!(
+        until(&backend, false).await,
+        "still ready with 2 of 3 servers killed"
+    );
+    assert!(
+        backend
+            .put(
+                "p",
+                "k",
+                b"v",
+                None,
+                &coord_host::backend::Condition::Always
+            )
+            .await
+            .is_err(),
+        "and a write fails meanwhile"
+    );
+    for other in &others {
+        cluster.restart(other);
+    }
+    assert!(
+        until(&backend, true).await,
+        "not ready again with the quorum back"
     );
 }
 

@@ -42,6 +42,12 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// The store's clock, in milliseconds.
     async fn now(&self) -> Result<Millis, StoreError>;
+    /// Whether the store can take a write now (`/readyz`), not only tell the
+    /// time: a replicated store without a leader answers `unavailable`. By
+    /// default, whether it answers [`Backend::now`].
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.now().await.map(|_| ())
+    }
     /// Read one key.
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError>;
     /// List live entries by key prefix, with the partition's revision.

@@ -1,7 +1,7 @@
 //! `coord serve --admin ADDR`: a listener apart from the functions' one,
 //! for the operator: `/metrics` (Prometheus' text format 0.0.4, or
 //! OpenMetrics text to a scraper whose `Accept` header asks for it),
-//! `/healthz` (the process is up) and `/readyz` (the store answers).
+//! `/healthz` (the process is up) and `/readyz` (the store can take a write).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,8 +60,8 @@ async fn route(
             reply(200, format.content_type(), metrics.encode(format))
         }
         ("GET", "/healthz") => reply(200, "text/plain", "ok\n".into()),
-        ("GET", "/readyz") => match tokio::time::timeout(READY_TIMEOUT, store.now()).await {
-            Ok(Ok(_)) => reply(200, "text/plain", "ready\n".into()),
+        ("GET", "/readyz") => match tokio::time::timeout(READY_TIMEOUT, store.ready()).await {
+            Ok(Ok(())) => reply(200, "text/plain", "ready\n".into()),
             Ok(Err(error)) => reply(503, "text/plain", format!("store unavailable: {error:?}\n")),
             Err(_) => reply(
                 503,

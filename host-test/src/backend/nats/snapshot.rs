@@ -69,6 +69,62 @@ impl NatsBackend {
         Ok(ts)
     }
 
+    /// Whether the stream can take a write now: its info answers and, when
+    /// it is replicated, names a leader. A surviving server still answers
+    /// the stream's info (and the time) with the quorum lost, so readiness
+    /// built on the clock alone said ready while every write failed
+    /// (outside testers: 5 of 5 `/readyz` 200 with 2 of 3 servers killed).
+    pub(super) async fn stream_has_leader(&self) -> Result<(), StoreError> {
+        let subject = format!("$JS.API.STREAM.INFO.{}", self.config.stream);
+        let reply = self
+            .client
+            .request(subject, Bytes::new())
+            .await
+            .map_err(unavailable)?;
+        let info: serde_json::Value = serde_json::from_slice(&reply.payload)
+            .map_err(|e| unavailable(format!("a stream-info reply that is not JSON: {e}")))?;
+        if let Some(error) = info.get("error") {
+            return Err(unavailable(format!("stream info: {error}")));
+        }
+        let replicas = info["config"]["num_replicas"].as_u64().unwrap_or(1);
+        if replicas <= 1 {
+            return Ok(());
+        }
+        let cluster = &info["cluster"];
+        if cluster["leader"].as_str().unwrap_or("").is_empty() {
+            return Err(unavailable(format!(
+                "the stream {} has no leader",
+                self.config.stream
+            )));
+        }
+        // A leader whose followers died keeps calling itself leader for
+        // about ten seconds (seen on 2.15), answering the time but taking no
+        // write: count the followers it heard from lately.
+        let heard = cluster["replicas"].as_array().map_or(0, |followers| {
+            followers
+                .iter()
+                .filter(|f| {
+                    f["current"].as_bool() == Some(true)
+                        && f["offline"].as_bool() != Some(true)
+                        && f["active"]
+                            .as_u64()
+                            .is_some_and(|ns| ns < FOLLOWER_SILENCE.as_nanos() as u64)
+                })
+                .count()
+        });
+        let voters = 1 + heard as u64;
+        if voters * 2 <= replicas {
+            return Err(unavailable(format!(
+                "the stream {} has a quorum of no replicas: its leader heard from {heard} of \
+                 {} followers within {} s",
+                self.config.stream,
+                replicas - 1,
+                FOLLOWER_SILENCE.as_secs()
+            )));
+        }
+        Ok(())
+    }
+
     /// The partition's last message, if it has one.
     async fn load(&self, subject: &str) -> Result<Option<Loaded>, StoreError> {
         let stream = self
@@ -337,6 +393,11 @@ impl NatsBackend {
 fn stream_missing(error: &StoreError) -> bool {
     matches!(error, StoreError::Unavailable(message) if message.contains("10059"))
 }
+
+/// How long a follower may go unheard before readiness stops counting it
+/// toward the stream's quorum (a healthy follower is heard from every
+/// second or so).
+const FOLLOWER_SILENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether a publish failed because another write to the subject came
 /// first: contention, to decide again on a fresh read, never `unavailable`.

@@ -43,6 +43,10 @@ impl Backend for NatsBackend {
         self.clock().await
     }
 
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.stream_has_leader().await
+    }
+
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
         let (entry, now) = self
             .transact(partition, false, |p, now| p.get(key, now))
