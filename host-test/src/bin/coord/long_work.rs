@@ -67,7 +67,11 @@ pub async fn lease_failover(
     inventory: &Inventory,
     log: &Log,
 ) -> wasmtime::Result<()> {
-    const NAME: &str = "inventory.ledger";
+    // A lease of this run's own: two demos on one store at once each tell
+    // their own crash story (on a shared name, the second found the
+    // first's node-b holding it, and failed).
+    let name = format!("inventory.ledger.{}", std::process::id());
+    let name = name.as_str();
     let ttl = Duration::from_millis(600);
     let write = |node: &'static str| {
         move |token: coord_host::lease_manager::Token| async move {
@@ -77,18 +81,18 @@ pub async fn lease_failover(
     };
     let a = LeaseManager::start(runtime.clone(), "node-a", ttl);
     let b = LeaseManager::start(runtime.clone(), "node-b", ttl);
-    a.held(NAME).await;
-    b.held(NAME).await;
-    let (_, a_epoch, _) = a.guard(NAME, write("node-a")).await?;
+    a.held(name).await;
+    b.held(name).await;
+    let (_, a_epoch, _) = a.guard(name, write("node-a")).await?;
     log.say(
         "node-a",
         format!("holds the ledger lease, epoch {a_epoch}; writes"),
     );
-    log.say("node-b", format!("held: {}", b.held(NAME).await));
+    log.say("node-b", format!("held: {}", b.held(name).await));
     a.close();
     log.say("node-a", "crashes (no more renewals, no resign)");
     loop {
-        match b.guard(NAME, write("node-b")).await {
+        match b.guard(name, write("node-b")).await {
             Ok((_, epoch, stock)) => {
                 let stock = stock.map_err(wasmtime::Error::msg)?;
                 log.say(
@@ -114,9 +118,9 @@ pub async fn lease_failover(
     let restarted = LeaseManager::start(runtime.clone(), "node-a", ttl);
     log.say(
         "node-a",
-        format!("restarts; held: {}", restarted.held(NAME).await),
+        format!("restarts; held: {}", restarted.held(name).await),
     );
-    match restarted.guard(NAME, write("node-a")).await {
+    match restarted.guard(name, write("node-a")).await {
         Err(GuardError::NotHolder(Some(holder))) => log.say(
             "node-a",
             format!(
