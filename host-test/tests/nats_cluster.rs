@@ -236,6 +236,51 @@ async fn contention_on_a_replicated_stream_is_decided_again_never_unavailable() 
     );
 }
 
+/// Outside testers: `--nats-replicas 3` was silently ignored on a stream
+/// that existed with one replica, and the flag defaulted to 1 even with
+/// three servers named. Three servers now mean three replicas by default,
+/// and an existing stream is updated to the count asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_replicated_by_default_and_a_single_replica_stream_is_updated() {
+    let cluster = Cluster::start("grow");
+    assert_eq!(NatsConfig::new(&cluster.url()).replicas, 3);
+    assert_eq!(NatsConfig::new("nats://127.0.0.1:4222").replicas, 1);
+    let mut single = NatsConfig::new(&cluster.url());
+    single.replicas = 1;
+    single.stream = "COORDGROW".into();
+    let started = Instant::now();
+    let first = loop {
+        match NatsBackend::connect(single.clone()).await {
+            Ok(backend) => break backend,
+            Err(_) if started.elapsed() < Duration::from_secs(60) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the cluster never took the stream: {e:?}"),
+        }
+    };
+    drop(first);
+    let observer = async_nats::connect(cluster.url().split(',').collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let replicas = |observer: async_nats::Client| async move {
+        let reply = observer
+            .request("$JS.API.STREAM.INFO.COORDGROW", "".into())
+            .await
+            .unwrap();
+        let info: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+        info["config"]["num_replicas"].as_u64()
+    };
+    assert_eq!(replicas(observer.clone()).await, Some(1));
+    let mut default = NatsConfig::new(&cluster.url());
+    default.stream = "COORDGROW".into();
+    let _second = NatsBackend::connect(default).await.unwrap();
+    assert_eq!(
+        replicas(observer).await,
+        Some(3),
+        "the stream kept one replica"
+    );
+}
+
 /// Outside testers killed 2 of 3 servers: every `/readyz` answered 200
 /// while every adjust was 503 (10008). Ready means the stream can take a
 /// write: not ready within seconds of the quorum's loss, ready again once

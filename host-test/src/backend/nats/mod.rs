@@ -73,8 +73,11 @@ pub struct NatsConfig {
     pub stream: String,
     /// The first token of every subject, so deployments can share an account.
     pub subject_prefix: String,
-    /// Replicas of the stream when coord makes it: 3 on a cluster (an
-    /// acknowledged write then survives the loss of a server), 1 alone.
+    /// Replicas of the stream: 3 on a cluster (an acknowledged write then
+    /// survives the loss of a server), 1 alone. By default 3 when `url`
+    /// names three or more servers, else 1. A stream that exists with
+    /// another count is updated to this one (JetStream moves the data), and
+    /// the change is logged.
     pub replicas: usize,
     /// How many changes each partition's feed keeps (fewer when the
     /// partition would not fit in one message otherwise).
@@ -91,13 +94,21 @@ pub struct NatsConfig {
 }
 
 impl NatsConfig {
+    /// The replicas a stream gets by default on the servers `url` names
+    /// (comma-separated): 3 for a cluster of three or more, so a cluster is
+    /// replicated unless told otherwise; else 1.
+    pub fn default_replicas(url: &str) -> usize {
+        let servers = url.split(',').filter(|s| !s.trim().is_empty()).count();
+        if servers >= 3 { 3 } else { 1 }
+    }
+
     /// The defaults, for a server at `url`.
     pub fn new(url: &str) -> Self {
         NatsConfig {
             url: url.to_string(),
             stream: "COORD".into(),
             subject_prefix: "coord".into(),
-            replicas: 1,
+            replicas: Self::default_replicas(url),
             history: coord_component::memory::DEFAULT_HISTORY,
             retention_ms: DEFAULT_RETENTION_MS,
             response_timeout: Duration::from_secs(5),
@@ -245,7 +256,29 @@ impl NatsBackend {
             .get_or_create_stream(wanted.clone())
             .await
             .map_err(unavailable)?;
-        let info = stream.info().await.map_err(unavailable)?;
+        let mut info = stream.info().await.map_err(unavailable)?;
+        if info.config.num_replicas != wanted.num_replicas {
+            // Told another replica count than the stream has: update it
+            // (JetStream copies the data to the new peers), rather than
+            // keep a single replica that a `--nats-replicas 3` silently
+            // left unreplicated (outside testers).
+            let from = info.config.num_replicas;
+            let mut changed = info.config.clone();
+            changed.num_replicas = wanted.num_replicas;
+            self.jetstream.update_stream(changed).await.map_err(|e| {
+                StoreError::Invalid(format!(
+                    "replicas: the stream {:?} has {from} replicas and could not be given {}: {e}",
+                    wanted.name, wanted.num_replicas
+                ))
+            })?;
+            tracing::warn!(
+                target: "coord::store",
+                "the JetStream stream {:?} had {from} replicas; updated to {}",
+                wanted.name,
+                wanted.num_replicas
+            );
+            info = stream.info().await.map_err(unavailable)?;
+        }
         let have = &info.config;
         let wrong = if !have.subjects.contains(&wanted.subjects[0]) {
             Some(format!(

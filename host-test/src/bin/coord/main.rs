@@ -96,10 +96,12 @@ pub struct StoreArgs {
     /// means the same as --nats $COORD_NATS_URL.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     nats: Option<String>,
-    /// Replicas of the JetStream stream when coord makes it (3 on a cluster).
-    #[arg(long, value_name = "N", default_value_t = 1, env = "COORD_NATS_REPLICAS",
+    /// Replicas of the JetStream stream (default: 3 when --nats names three
+    /// or more servers, else 1). A stream that exists with another count is
+    /// updated to this one.
+    #[arg(long, value_name = "N", env = "COORD_NATS_REPLICAS",
           value_parser = clap::value_parser!(u16).range(1..=5))]
-    nats_replicas: u16,
+    nats_replicas: Option<u16>,
     /// The first part of every Redis key (and every NATS subject).
     #[arg(
         long,
@@ -206,8 +208,8 @@ pub enum Target {
         url: String,
         /// The subject prefix.
         prefix: String,
-        /// The stream's replicas when coord makes it.
-        replicas: usize,
+        /// The stream's replicas, when given (else by the servers named).
+        replicas: Option<usize>,
     },
 }
 
@@ -230,7 +232,7 @@ impl StoreArgs {
                     url
                 },
                 prefix: self.prefix.clone(),
-                replicas: usize::from(self.nats_replicas),
+                replicas: self.nats_replicas.map(usize::from),
             };
         }
         if self.redis.is_none()
@@ -485,7 +487,9 @@ pub async fn backend_for(
             let mut config = NatsConfig::new(url);
             config.stream = NatsConfig::stream_for(prefix);
             config.subject_prefix = prefix.clone();
-            config.replicas = *replicas;
+            if let Some(replicas) = replicas {
+                config.replicas = *replicas;
+            }
             let backend = NatsBackend::connect(config)
                 .await
                 .map_err(|e| cannot("NATS", url, e))?;
