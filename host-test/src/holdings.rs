@@ -225,6 +225,7 @@ const MAX_RETRY_WAIT: Duration = Duration::from_secs(2);
 const GIVE_UP_AFTER: Duration = Duration::from_secs(2 * 86_400);
 
 static PENDING: AtomicUsize = AtomicUsize::new(0);
+static TAKE_BACKS: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether `partition` and `condition` make a delete that can only ever
 /// remove one holding: a lock's or lease's, guarded by revision and value.
@@ -281,7 +282,78 @@ pub fn finish_in_background(
     });
 }
 
+/// The longest a background take-back keeps looking for an acquire that
+/// may still land: a write queued behind others on a connection (a `WAIT`
+/// for replicas holds the connection up to its timeout, per write) lands
+/// within this, or its connection died and the server dropped it.
+const TAKE_BACK_WINDOW: Duration = Duration::from_secs(30);
+/// The longest wait between a take-back's reads.
+const MAX_TAKE_BACK_WAIT: Duration = Duration::from_secs(1);
+
+/// After a lock acquire (a create-if-absent of an owner token) failed as
+/// `unavailable`: keep looking, in the background, for its write landing
+/// late, and free it when it does, with a delete guarded by the revision
+/// found and the token — which this acquire alone minted, so nothing else
+/// is ever freed. The component already looks once, right away; but its
+/// read can time out queued behind the very writes that failed (outside
+/// testers: with `--redis-replica-acks 1` and a replica down, every write's
+/// `WAIT` held the shared connection for half a second, the take-back read
+/// timed out behind them, the acquires landed later, and two locks stayed
+/// held by nobody for their TTL). Looks for the lock's TTL, at most
+/// [`TAKE_BACK_WINDOW`].
+pub fn take_back_in_background(
+    backend: Arc<dyn Backend>,
+    partition: &str,
+    key: &str,
+    token: &[u8],
+    condition: &Condition,
+    ttl_ms: Option<u64>,
+) {
+    if kind(partition) != Some(LOCK_KIND) || !matches!(condition, Condition::Absent) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if TAKE_BACKS.fetch_add(1, Ordering::Relaxed) >= MAX_BACKGROUND_RELEASES {
+        TAKE_BACKS.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    let window = ttl_ms.map_or(TAKE_BACK_WINDOW, |ttl| {
+        Duration::from_millis(ttl).min(TAKE_BACK_WINDOW)
+    });
+    let (partition, key, token) = (partition.to_string(), key.to_string(), token.to_vec());
+    runtime.spawn(async move {
+        let until = tokio::time::Instant::now() + window;
+        let mut wait = FIRST_RETRY_WAIT;
+        while tokio::time::Instant::now() < until {
+            if let Ok(read) = backend.get(&partition, &key).await
+                && let Some(entry) = read.entry
+                && entry.value == token
+            {
+                let guard = guarded(entry.revision, entry.value);
+                if backend.delete(&partition, &key, &guard).await.is_ok() {
+                    tracing::info!(
+                        target: "coord::store",
+                        "an acquire that failed landed later; taken back: {partition}"
+                    );
+                    break;
+                }
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(MAX_TAKE_BACK_WAIT);
+        }
+        TAKE_BACKS.fetch_sub(1, Ordering::Relaxed);
+    });
+}
+
 /// How many background releases are pending now.
 pub fn background_releases() -> usize {
     PENDING.load(Ordering::Relaxed)
+}
+
+/// How many background take-backs of failed acquires are looking now (at
+/// most [`MAX_BACKGROUND_RELEASES`] more).
+pub fn background_take_backs() -> usize {
+    TAKE_BACKS.load(Ordering::Relaxed)
 }

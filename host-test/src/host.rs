@@ -56,6 +56,30 @@ impl HostState {
             .map(|h| h.sending(partition, key, value))
     }
 
+    /// A lock acquire that failed as `unavailable` may land later: look
+    /// for it in the background and take it back
+    /// ([`holdings::take_back_in_background`]).
+    fn failed_put(
+        &self,
+        reply: &Result<b::WriteReply, b::StoreError>,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        condition: &b::Condition,
+        ttl_ms: Option<u64>,
+    ) {
+        if matches!(reply, Err(b::StoreError::Unavailable(_))) {
+            holdings::take_back_in_background(
+                self.backend.clone(),
+                partition,
+                key,
+                value,
+                condition,
+                ttl_ms,
+            );
+        }
+    }
+
     fn sent(
         &mut self,
         sending: Option<Sending>,
@@ -111,6 +135,7 @@ impl wit::Host for HostState {
             .put(&partition, &key, &value, ttl_ms, &condition)
             .await;
         self.sent(sending, &partition, &key, &reply);
+        self.failed_put(&reply, &partition, &key, &value, &condition, ttl_ms);
         Ok(reply?.into())
     }
 
@@ -217,6 +242,7 @@ impl wit::Host for HostState {
             )
             .await;
         self.sent(sending, &partition, &key, &reply);
+        self.failed_put(&reply, &partition, &key, &value, &condition, ttl_ms);
         Ok(reply?.into())
     }
 }

@@ -140,3 +140,53 @@ async fn a_finished_release_never_frees_a_later_holder(h: Harness) {
         "a finished release freed a later holder"
     );
 }
+
+/// Outside testers: `--redis-replica-acks 1`, the replica of the master
+/// holding two items' locks killed, 16 threads adjusting them: every call
+/// answered 503, and afterwards both locks were held by nobody for the
+/// rest of their TTL. Each write's `WAIT` holds the shared connection for
+/// its timeout, so the component's take-back read timed out queued behind
+/// them, and the acquires landed later. A server with no replica at all
+/// answers every `WAIT` with 0 after its timeout: the same starvation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_refused_for_want_of_replica_acks_leave_no_lock_held() {
+    use coord_host::backend::redis::RedisBackend;
+    let url = common::redis_url().await;
+    let mut config = common::redis_config(&url, HISTORY, None);
+    let plain = Arc::new(RedisBackend::connect(config.clone()).await.unwrap());
+    config.replica_acks = 1;
+    let acks = Arc::new(RedisBackend::connect(config).await.unwrap());
+    let runtime = Arc::new(Runtime::new(acks).unwrap());
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                let mut instance = runtime.instantiate().await.unwrap();
+                let resource = format!("item:{}", t % 2);
+                instance
+                    .acquire("acks", &resource, no_wait(60_000))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    for task in tasks {
+        let outcome = task.await.unwrap();
+        assert!(
+            !matches!(outcome, Ok(AcquireOutcome::Acquired(_))),
+            "granted without the replica acknowledging it: {outcome:?}"
+        );
+    }
+    let mut observer = instance(plain).await;
+    for resource in ["item:0", "item:1"] {
+        let freed = eventually(async || {
+            matches!(observer.inspect("acks", resource).await.unwrap(), Ok(None))
+        })
+        .await;
+        assert!(
+            freed,
+            "{resource} is held by nobody for its whole TTL: {:?}",
+            observer.inspect("acks", resource).await.unwrap()
+        );
+    }
+}
