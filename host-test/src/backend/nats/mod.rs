@@ -167,7 +167,18 @@ fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
     ))
 }
 
+/// How often the client pings its server: three unanswered pings (the
+/// client's limit) make about one response timeout.
+fn ping_interval(response_timeout: Duration) -> Duration {
+    (response_timeout / 3).max(Duration::from_millis(100))
+}
+
 impl NatsBackend {
+    /// The client port of the server this backend is connected to now.
+    pub fn server_port(&self) -> u16 {
+        self.client.server_info().port
+    }
+
     /// Connect, check the server, and make the stream if it is missing.
     /// Fails with `unavailable` when the server cannot be reached, and with
     /// `invalid` naming what is wrong when it is too old, runs without
@@ -176,6 +187,13 @@ impl NatsBackend {
         let client = async_nats::ConnectOptions::new()
             .request_timeout(Some(config.response_timeout))
             .connection_timeout(config.response_timeout)
+            // A server that stops answering (paused, hung) is left after
+            // three unanswered pings, so within about the response timeout,
+            // for another of the URLs: with the client's default of a ping a
+            // minute, outside testers' coord answered 503 for 181 s after
+            // its server was SIGSTOPped, while the stream had a new leader
+            // within 10 s and a coord on the other servers answered.
+            .ping_interval(ping_interval(config.response_timeout))
             .connect(
                 config
                     .url
