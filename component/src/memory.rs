@@ -97,6 +97,28 @@ impl Partition {
         self.feed.len()
     }
 
+    /// About how many bytes the feed's changes take when encoded: their
+    /// keys and values, and a fixed allowance for the rest of each.
+    pub fn feed_bytes(&self) -> usize {
+        self.feed.iter().map(change_bytes).sum()
+    }
+
+    /// Drop the oldest changes of the feed until it takes at most
+    /// `max_bytes` ([`Partition::feed_bytes`]), as [`Partition::trim_feed`]
+    /// does: a reader from before the dropped ones is told `history-gone`.
+    /// For a store that writes the whole partition on every write, so that
+    /// a write's cost is bounded by the live entries plus this.
+    pub fn trim_feed_to_bytes(&mut self, max_bytes: usize) {
+        let mut bytes = self.feed_bytes();
+        while bytes > max_bytes {
+            let Some(dropped) = self.feed.pop_front() else {
+                break;
+            };
+            bytes -= change_bytes(&dropped);
+            self.complete_after = dropped.revision;
+        }
+    }
+
     /// Run the rate-limit meter on `key` at `now` (see [`meter::decide`]).
     pub fn meter(&mut self, key: &str, request: &MeterRequest, now: u64) -> MeterReply {
         let state = self
@@ -292,9 +314,34 @@ impl Partition {
     }
 }
 
+/// [`Partition::feed_bytes`] of one change: its key and value, and 32 bytes
+/// for its kind, revision, time and lengths.
+fn change_bytes(change: &Change) -> usize {
+    change.key.len() + change.value.len() + 32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_feed_trimmed_to_bytes_keeps_the_newest_changes_and_says_what_it_dropped() {
+        let mut p = Partition::new(1024);
+        for n in 0..100u64 {
+            p.put("k", &[b'x'; 1000], None, &Condition::Always, n);
+        }
+        assert_eq!(p.feed_len(), 100);
+        p.trim_feed_to_bytes(10_000);
+        assert!(p.feed_bytes() <= 10_000, "{} bytes", p.feed_bytes());
+        assert_eq!(p.feed_len(), 9, "the newest that fit: 9 of 1033 bytes");
+        let latest = p.revision();
+        // A reader from before the kept changes is told history-gone; one
+        // from the last dropped change reads all that were kept.
+        assert!(p.changes(0, 100, 100).is_err());
+        let kept = p.changes(p.complete_after, 100, 100).unwrap();
+        assert_eq!(kept.len(), 9);
+        assert_eq!(kept.last().map(|c| c.revision), Some(latest));
+    }
 
     /// The expiry index against a scan of the entries, after every step.
     fn assert_index_matches(p: &Partition) {

@@ -399,3 +399,57 @@ async fn a_stream_with_a_limit_that_would_drop_held_partitions_is_refused_naming
     );
     js.delete_stream(&config.stream).await.unwrap();
 }
+
+/// Outside testers: each partition is one message that every write
+/// rewrites, and its feed was trimmed only to the 1 MiB message limit:
+/// 232 KB after 100 keyed adjusts, 1.04 MB after 400, and a sequential
+/// adjust slowed from 43 ms to 107 ms. The feed a partition carries is now
+/// bounded in bytes ([`FEED_BYTES`]), so a write's size, and with it its
+/// cost, stays the live entries plus that bound however long the history.
+#[tokio::test]
+async fn a_partitions_message_stays_its_live_entries_plus_a_bounded_feed() {
+    use coord_host::backend::nats::FEED_BYTES;
+    let config = nats_config(&nats_url(), coord_component::memory::DEFAULT_HISTORY, None);
+    let backend = NatsBackend::connect(config.clone()).await.unwrap();
+    let client = async_nats::connect(config.url.as_str()).await.unwrap();
+    let stream_bytes = || {
+        let client = client.clone();
+        let stream = config.stream.clone();
+        async move {
+            let reply = client
+                .request(format!("$JS.API.STREAM.INFO.{stream}"), "".into())
+                .await
+                .unwrap();
+            let info: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+            info["state"]["bytes"].as_u64().unwrap() as usize
+        }
+    };
+    let value = vec![b's'; 2_000];
+    let mut sizes = Vec::new();
+    for n in 0..400u32 {
+        applied(
+            backend
+                .put("stock", "apple", &value, None, &Condition::Always)
+                .await
+                .unwrap(),
+        );
+        if n == 99 || n == 399 {
+            sizes.push(stream_bytes().await);
+        }
+    }
+    // The live entry (2 kB) plus at most FEED_BYTES of feed, and headers.
+    let bound = value.len() + FEED_BYTES + 4_096;
+    assert!(
+        sizes.iter().all(|size| *size <= bound),
+        "the partition's message grew past {bound} bytes: {sizes:?} after 100 and 400 writes"
+    );
+    assert!(
+        sizes[1] <= sizes[0] + 2_100,
+        "it kept growing with its history: {sizes:?}"
+    );
+    // The history kept still serves a watcher that is not far behind.
+    let latest = backend.list("stock", "").await.unwrap().revision;
+    let page = backend.changes("stock", latest - 1, 10).await;
+    assert!(page.is_ok(), "{page:?}");
+    common::delete_stream(config.url.clone(), config.stream.clone());
+}

@@ -54,6 +54,7 @@ use crate::clock::{Clock, ManualClock};
 
 mod seen;
 mod snapshot;
+pub use snapshot::FEED_BYTES;
 mod store;
 
 /// The oldest nats-server coord runs on: per-message TTLs (`Nats-TTL`),
