@@ -56,19 +56,25 @@ async fn eventually(mut done: impl AsyncFnMut() -> bool) -> bool {
     false
 }
 
+/// Take the free lock on `resource` for `ttl_ms`.
+async fn take(instance: &mut Instance, resource: &str, ttl_ms: u64) -> HeldLock {
+    match instance
+        .acquire("retry", resource, no_wait(ttl_ms))
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        AcquireOutcome::Acquired(lock) => lock,
+        AcquireOutcome::Busy(holder) => panic!("not free at first: {holder:?}"),
+    }
+}
+
 async fn a_release_that_failed_is_finished_once_the_store_answers(h: Harness) {
     let faulty = Arc::new(FaultyBackend::new(h.backend.clone(), 1));
     let mut holder = instance(faulty.clone()).await;
     let mut observer = instance(h.backend.clone()).await;
     let resource = resource();
-    let AcquireOutcome::Acquired(lock) = holder
-        .acquire("retry", &resource, no_wait(60_000))
-        .await
-        .unwrap()
-        .unwrap()
-    else {
-        panic!("free at first");
-    };
+    let lock = take(&mut holder, &resource, 60_000).await;
     faulty.set_deletes_down(true);
     assert!(matches!(
         holder.release(&lock).await.unwrap(),
@@ -104,14 +110,7 @@ async fn a_finished_release_never_frees_a_later_holder(h: Harness) {
     let mut first = instance(faulty.clone()).await;
     let mut second = instance(h.backend.clone()).await;
     let resource = resource();
-    let AcquireOutcome::Acquired(old) = first
-        .acquire("retry", &resource, no_wait(1000))
-        .await
-        .unwrap()
-        .unwrap()
-    else {
-        panic!("free at first");
-    };
+    let old = take(&mut first, &resource, 1000).await;
     faulty.set_deletes_down(true);
     assert!(first.release(&old).await.unwrap().is_err());
     // The old lock runs out while the store refuses deletes; another holder
