@@ -97,6 +97,15 @@ impl Partition {
         self.feed.len()
     }
 
+    /// About how many bytes the live entries take when encoded: their keys
+    /// and values, and a fixed allowance for the rest of each.
+    pub fn live_bytes(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|(key, entry)| key.len() + entry.value.len() + 32)
+            .sum()
+    }
+
     /// About how many bytes the feed's changes take when encoded: their
     /// keys and values, and a fixed allowance for the rest of each.
     pub fn feed_bytes(&self) -> usize {

@@ -404,8 +404,9 @@ async fn a_stream_with_a_limit_that_would_drop_held_partitions_is_refused_naming
 /// rewrites, and its feed was trimmed only to the 1 MiB message limit:
 /// 232 KB after 100 keyed adjusts, 1.04 MB after 400, and a sequential
 /// adjust slowed from 43 ms to 107 ms. The feed a partition carries is now
-/// bounded in bytes ([`FEED_BYTES`]), so a write's size, and with it its
-/// cost, stays the live entries plus that bound however long the history.
+/// bounded in bytes ([`FEED_BYTES`], or the live entries' size if more),
+/// so a write's size, and with it its cost, follows the live entries
+/// however long the history.
 #[tokio::test]
 async fn a_partitions_message_stays_its_live_entries_plus_a_bounded_feed() {
     use coord_host::backend::nats::FEED_BYTES;
@@ -437,7 +438,8 @@ async fn a_partitions_message_stays_its_live_entries_plus_a_bounded_feed() {
             sizes.push(stream_bytes().await);
         }
     }
-    // The live entry (2 kB) plus at most FEED_BYTES of feed, and headers.
+    // The live entry (2 kB) plus at most FEED_BYTES of feed (more than the
+    // live entry), and headers.
     let bound = value.len() + FEED_BYTES + 4_096;
     assert!(
         sizes.iter().all(|size| *size <= bound),

@@ -173,11 +173,12 @@ impl NatsBackend {
         sequence: u64,
     ) -> Result<(u64, Bytes), StoreFailure> {
         // Every write rewrites the whole partition, so the feed it carries
-        // is bounded in bytes as well as in changes: a write costs the live
-        // entries plus at most this (outside testers: a partition's message
-        // grew to 1 MB after 400 keyed adjusts, and a sequential adjust
-        // slowed from 43 ms to 107 ms).
-        partition.trim_feed_to_bytes(FEED_BYTES);
+        // is bounded in bytes as well as in changes, by the live entries'
+        // size: a write costs at most twice the live entries, or 16 KiB
+        // more for small ones (outside testers: a partition's message grew
+        // to 1 MB after 400 keyed adjusts, and a sequential adjust slowed
+        // from 43 ms to 107 ms).
+        partition.trim_feed_to_bytes(FEED_BYTES.max(partition.live_bytes()));
         let mut encoded = partition.encode();
         // One message holds the whole partition: drop the oldest changes of
         // the feed (its readers are told history-gone) until it fits.
@@ -400,11 +401,12 @@ fn stream_missing(error: &StoreError) -> bool {
     matches!(error, StoreError::Unavailable(message) if message.contains("10059"))
 }
 
-/// The most bytes of change feed a NATS partition carries
-/// ([`Partition::feed_bytes`]): 64 KiB, beside at most
+/// The bytes of change feed a NATS partition always may carry
+/// ([`Partition::feed_bytes`]): 16 KiB, or as much as its live entries
+/// take ([`Partition::live_bytes`]) if that is more, beside at most
 /// [`NatsConfig::history`] changes. A watcher further behind than that is
 /// told `history-gone` and resynchronises from a snapshot.
-pub const FEED_BYTES: usize = 64 * 1024;
+pub const FEED_BYTES: usize = 16 * 1024;
 
 /// How long a follower may go unheard before readiness stops counting it
 /// toward the stream's quorum (a healthy follower is heard from every
