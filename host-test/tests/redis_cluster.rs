@@ -1005,3 +1005,47 @@ async fn contended_calls_during_slot_moves_back_and_forth_never_fail() {
         failures.len()
     );
 }
+
+/// `/readyz` means the store can take a write. On a cluster whose master
+/// and its replica are both down, the other masters still tell the time
+/// while a third of the partitions take no write: not ready until the
+/// cluster serves every slot again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_clusters_slot_coverage() {
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 1).unwrap())
+        .await
+        .unwrap();
+    let backend = RedisBackend::connect(config(&cluster, 0)).await.unwrap();
+    // Until `ready` says `want`, 240 polls 250 ms apart: a bound on a store
+    // that never changes its answer, not a speed target.
+    async fn until(backend: &RedisBackend, want: bool) -> bool {
+        for _ in 0..240 {
+            if backend.ready().await.is_ok() == want {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        false
+    }
+    assert!(until(&backend, true).await, "not ready with every node up");
+    let master = cluster.master_of(0).unwrap();
+    let replica = cluster.replica_of(master).unwrap();
+    cluster.kill(replica);
+    cluster.kill(master);
+    assert!(
+        until(&backend, false).await,
+        "still ready with slot 0's master and replica dead"
+    );
+    assert!(
+        backend.now().await.is_ok(),
+        "while the others tell the time"
+    );
+    tokio::task::block_in_place(|| {
+        cluster.restart(master).unwrap();
+        cluster.restart(replica).unwrap();
+    });
+    assert!(
+        until(&backend, true).await,
+        "not ready again with both back"
+    );
+}

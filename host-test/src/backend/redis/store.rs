@@ -23,6 +23,29 @@ impl Backend for RedisBackend {
         Ok(secs * 1000 + micros / 1000)
     }
 
+    /// One server: it answers. A cluster: a node says `cluster_state:ok`,
+    /// so every slot is served: with a master and its replicas down, the
+    /// other masters still tell the time while that master's partitions
+    /// take no write.
+    async fn ready(&self) -> Result<(), StoreError> {
+        if !self.config.cluster {
+            return self.now().await.map(|_| ());
+        }
+        let mut conn = self.conn.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let info: String = ::redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        if info.lines().any(|line| line.trim() == "cluster_state:ok") {
+            return Ok(());
+        }
+        Err(StoreError::Unavailable(
+            "redis: the cluster does not serve every slot (cluster_state is not ok)".into(),
+        ))
+    }
+
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
         let _turn = self.turn().await;
         let cmd = self.script(
