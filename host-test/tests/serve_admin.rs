@@ -338,6 +338,8 @@ async fn an_acquire_the_store_failed_counts_one_unavailable_outcome() {
         )
     };
     assert_eq!(errors("put"), 1.0, "the attempt: {text}");
-    assert_eq!(errors("get"), 1.0, "its clean-up read: {text}");
+    // Its clean-up read failed too (a store error, not an outcome), and so
+    // may the host's background reads for the attempt landing late.
+    assert!(errors("get") >= 1.0, "its clean-up read: {text}");
     drop(serve);
 }
