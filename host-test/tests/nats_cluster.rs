@@ -170,10 +170,19 @@ impl FencedRegister {
 /// A backend on `cluster`'s stream `stream` at three replicas, once the
 /// cluster has elected its JetStream meta leader and can make the stream.
 async fn connect(cluster: &Cluster, stream: &str) -> Arc<NatsBackend> {
+    connect_with_timeout(cluster, stream, Duration::from_secs(2)).await
+}
+
+/// [`connect`] with calls bounded at `response_timeout`.
+async fn connect_with_timeout(
+    cluster: &Cluster,
+    stream: &str,
+    response_timeout: Duration,
+) -> Arc<NatsBackend> {
     let mut config = NatsConfig::new(&cluster.url());
     config.replicas = 3;
     config.stream = stream.into();
-    config.response_timeout = Duration::from_secs(2);
+    config.response_timeout = response_timeout;
     let started = Instant::now();
     loop {
         match NatsBackend::connect(config.clone()).await {
@@ -196,7 +205,10 @@ async fn connect(cluster: &Cluster, stream: &str) -> Arc<NatsBackend> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contention_on_a_replicated_stream_is_decided_again_never_unavailable() {
     let cluster = Cluster::start("contention");
-    let backend = connect(&cluster, "COORDCONTEND").await;
+    // A generous deadline: the test is about contention being decided
+    // again, which no deadline hides (before the fix, a lost race failed at
+    // once), and a busy machine must not fail it by being slow.
+    let backend = connect_with_timeout(&cluster, "COORDCONTEND", Duration::from_secs(15)).await;
     let runtime = Arc::new(Runtime::new(backend).unwrap());
     let limiter = coord_host::ratelimit::Limiter {
         id: "contention".into(),

@@ -923,7 +923,14 @@ async fn contended_calls_during_slot_moves_back_and_forth_never_fail() {
     let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 1).unwrap())
         .await
         .unwrap();
-    let backend = Arc::new(RedisBackend::connect(config(&cluster, 0)).await.unwrap());
+    // A generous deadline: the defect ran out of attempts long before any
+    // deadline (0.16-1.6 s into 2 s), and a busy machine must not fail the
+    // test by being slow.
+    let config = RedisConfig {
+        response_timeout: Duration::from_secs(15),
+        ..config(&cluster, 0)
+    };
+    let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
     let runtime = Arc::new(Runtime::new(backend.clone()).unwrap());
     let (resource, tenant) = ("item:hot", "tenant-hot");
     let lock_slot = slot_of(&backend.key(&lock_partition("stock", resource), "s"));
