@@ -9,145 +9,14 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::nats_cluster::{Cluster, connect, connect_with_timeout, stream_leader};
 use coord_host::backend::nats::{NatsBackend, NatsConfig};
 use coord_host::lock::*;
 use coord_host::{Instance, Runtime};
-
-/// One server of the cluster.
-struct Node {
-    name: String,
-    child: Option<Child>,
-    client_port: u16,
-    binary: std::path::PathBuf,
-    args: Vec<String>,
-}
-
-fn spawn(binary: &std::path::Path, args: &[String]) -> Child {
-    Command::new(binary)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// Three `nats-server`s routed to each other, killed on drop.
-struct Cluster {
-    nodes: Vec<Node>,
-    dir: std::path::PathBuf,
-}
-
-impl Cluster {
-    /// Start the three servers, in a directory of the test `tag`'s own.
-    fn start(tag: &str) -> Cluster {
-        let binary = common::nats_server_binary().unwrap();
-        let dir =
-            std::env::temp_dir().join(format!("coord-nats-cluster-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let ports = common::free_ports(6).unwrap();
-        let (client_ports, route_ports) = ports.split_at(3);
-        let routes = route_ports
-            .iter()
-            .map(|p| format!("nats://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut nodes = Vec::new();
-        for i in 0..3 {
-            let name = format!("n{i}");
-            let args = vec![
-                "-a".to_string(),
-                "127.0.0.1".into(),
-                "-p".into(),
-                client_ports[i].to_string(),
-                "-n".into(),
-                name.clone(),
-                "-js".into(),
-                "-sd".into(),
-                dir.join(&name).display().to_string(),
-                "--cluster_name".into(),
-                "coordtest".into(),
-                "--cluster".into(),
-                format!("nats://127.0.0.1:{}", route_ports[i]),
-                "--routes".into(),
-                routes.clone(),
-            ];
-            let child = spawn(&binary, &args);
-            nodes.push(Node {
-                name,
-                child: Some(child),
-                client_port: client_ports[i],
-                binary: binary.clone(),
-                args,
-            });
-        }
-        Cluster { nodes, dir }
-    }
-
-    /// Every server's URL, comma-separated, as the backend takes a cluster.
-    fn url(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| format!("nats://127.0.0.1:{}", n.client_port))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// Send `signal` (`STOP`, `CONT`) to the server listening for clients on `port`.
-    fn signal_by_port(&self, port: u16, signal: &str) -> String {
-        let node = self.nodes.iter().find(|n| n.client_port == port).unwrap();
-        let pid = node.child.as_ref().unwrap().id().to_string();
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), pid])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{signal} failed");
-        node.name.clone()
-    }
-
-    /// Start a killed server again, with its data.
-    fn restart(&mut self, name: &str) {
-        let node = self.nodes.iter_mut().find(|n| n.name == name).unwrap();
-        if node.child.is_none() {
-            node.child = Some(spawn(&node.binary, &node.args));
-        }
-    }
-
-    fn kill(&mut self, name: &str) {
-        let node = self.nodes.iter_mut().find(|n| n.name == name).unwrap();
-        if let Some(mut child) = node.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for node in &mut self.nodes {
-            if let Some(mut child) = node.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The name of the server that leads `stream` now.
-async fn stream_leader(client: &async_nats::Client, stream: &str) -> Option<String> {
-    let reply = client
-        .request(format!("$JS.API.STREAM.INFO.{stream}"), "".into())
-        .await
-        .ok()?;
-    let info: serde_json::Value = serde_json::from_slice(&reply.payload).ok()?;
-    info["cluster"]["leader"].as_str().map(str::to_string)
-}
 
 /// Writes guarded by fences: a write with a fence below the highest seen is refused.
 #[derive(Default)]
@@ -164,35 +33,6 @@ impl FencedRegister {
         }
         *seen = fence;
         true
-    }
-}
-
-/// A backend on `cluster`'s stream `stream` at three replicas, once the
-/// cluster has elected its JetStream meta leader and can make the stream.
-async fn connect(cluster: &Cluster, stream: &str) -> Arc<NatsBackend> {
-    connect_with_timeout(cluster, stream, Duration::from_secs(2)).await
-}
-
-/// [`connect`] with calls bounded at `response_timeout`.
-async fn connect_with_timeout(
-    cluster: &Cluster,
-    stream: &str,
-    response_timeout: Duration,
-) -> Arc<NatsBackend> {
-    let mut config = NatsConfig::new(&cluster.url());
-    config.replicas = 3;
-    config.stream = stream.into();
-    config.response_timeout = response_timeout;
-    let started = Instant::now();
-    loop {
-        match NatsBackend::connect(config.clone()).await {
-            Ok(backend) => return Arc::new(backend),
-            Err(e) if started.elapsed() < Duration::from_secs(60) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("the cluster never took the stream: {e:?}"),
-        }
     }
 }
 
@@ -252,10 +92,125 @@ async fn contention_on_a_replicated_stream_is_decided_again_never_unavailable() 
     for task in tasks {
         failed.extend(task.await.unwrap());
     }
+    // A leader lost to load (no fault is injected, but two cores run three
+    // servers and the test) strands the writes in flight at that moment:
+    // those alone may fail, as they must (see `in_doubt`).
+    failed.retain(|e| !in_doubt(e));
     assert!(
         failed.is_empty(),
         "{} of 400 contended calls failed with the store answering: {:?}",
         failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+}
+
+/// Whether a call failed because its write's acknowledgement never came:
+/// the leader it reached stepped down before answering, so the write may
+/// yet be applied by the next leader or be gone, and nothing can tell which
+/// in time. `unavailable` (the call may have taken effect) is the one
+/// honest answer, and a failed acquire is taken back in the background.
+/// Every other failure while the servers run is a defect.
+fn in_doubt(error: &str) -> bool {
+    error.contains("didn't receive ack")
+}
+
+/// Wait until `calls` reaches `target`; panic once it stands still for the
+/// watchdog's quiet period (a hang, not slowness).
+async fn calls_reach(calls: &AtomicU64, target: u64) {
+    let (mut last, mut since) = (calls.load(Ordering::SeqCst), Instant::now());
+    while last < target {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = calls.load(Ordering::SeqCst);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+        assert!(
+            since.elapsed() < common::watchdog::QUIET,
+            "no call completed for {:?} ({last} before)",
+            common::watchdog::QUIET
+        );
+    }
+}
+
+/// CI: with no fault injected, a loaded machine let the stream's leader
+/// lapse, and 300 of 400 contended calls answered `unavailable` ("no
+/// stream found for given subject", the client's name for a publish that
+/// no leader heard) within the second it took to elect another. A write
+/// nobody heard was not stored, and a read changes nothing, so both are
+/// made again until the response timeout: here the leader is made to step
+/// down three times while eight instances contend, and every call must
+/// succeed but the writes in flight at a step-down ([`in_doubt`]). Before
+/// the fix, 50 of 116 calls failed (no responders, 10008, read timeouts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stepping_down_mid_contention_costs_a_wait_not_a_failure() {
+    let cluster = Cluster::start("stepdown");
+    let backend = connect_with_timeout(&cluster, "COORDSTEPDOWN", Duration::from_secs(15)).await;
+    let runtime = Arc::new(Runtime::new(backend).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (runtime, stop, calls) = (runtime.clone(), stop.clone(), calls.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut instance: Instance = runtime.instantiate().await.unwrap();
+            let mut failed = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let options = AcquireOptions {
+                    ttl_ms: Some(5_000),
+                    wait: Some(WaitPolicy::Timeout(10_000)),
+                };
+                let resource = format!("item:{}", t % 2);
+                match instance.acquire("stock", &resource, options).await.unwrap() {
+                    Ok(AcquireOutcome::Acquired(lock)) => {
+                        if let Err(e) = instance.release(&lock).await.unwrap() {
+                            failed.push(format!("release: {e:?}"));
+                        }
+                    }
+                    Ok(AcquireOutcome::Busy(holder)) => failed.push(format!("busy: {holder:?}")),
+                    Err(e) => failed.push(format!("acquire: {e:?}")),
+                }
+                calls.fetch_add(1, Ordering::SeqCst);
+            }
+            failed
+        }));
+    }
+    let observer = async_nats::connect(cluster.url().split(',').collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let mut leaders = Vec::new();
+    for _ in 0..3 {
+        // Let the contenders get going (progress, not a time, decides).
+        let before = calls.load(Ordering::SeqCst);
+        calls_reach(&calls, before + 20).await;
+        let leader = loop {
+            if let Some(leader) = stream_leader(&observer, "COORDSTEPDOWN").await {
+                break leader;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        leaders.push(leader);
+        let _ = observer
+            .request(
+                "$JS.API.STREAM.LEADER.STEPDOWN.COORDSTEPDOWN".to_string(),
+                "".into(),
+            )
+            .await;
+    }
+    let before = calls.load(Ordering::SeqCst);
+    calls_reach(&calls, before + 20).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut failed = Vec::new();
+    for task in tasks {
+        failed.extend(task.await.unwrap());
+    }
+    let stranded = failed.iter().filter(|e| in_doubt(e)).count();
+    failed.retain(|e| !in_doubt(e));
+    println!("{stranded} writes in flight at a step-down were answered unavailable");
+    assert!(
+        failed.is_empty(),
+        "{} of {} calls failed across the step-downs of {leaders:?}: {:?}",
+        failed.len(),
+        calls.load(Ordering::SeqCst),
         &failed[..failed.len().min(5)]
     );
 }

@@ -14,6 +14,7 @@ use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::clock::ManualClock;
 
 pub mod history;
+pub mod nats_cluster;
 mod nats_server;
 pub mod redis_cluster;
 mod redis_server;

@@ -40,7 +40,8 @@ impl Backend for NatsBackend {
 
     async fn now(&self) -> Result<Millis, StoreError> {
         self.trip();
-        self.clock().await
+        self.reading(std::time::Instant::now(), || self.clock())
+            .await
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
