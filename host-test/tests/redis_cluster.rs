@@ -554,58 +554,6 @@ async fn a_master_failed_over_mid_contention_double_grants_only_without_replica_
     );
 }
 
-/// Move `slot` from the master on `from` to the master on `to` by hand, as
-/// `redis-cli --cluster reshard` does, but one key at a time with a pause
-/// after each: calls meanwhile meet a partition split between two nodes.
-fn migrate_slot(cluster: &RedisCluster, slot: u16, from: u16, to: u16, pause: Duration) {
-    let (from_id, to_id) = (cluster.id_of(from).unwrap(), cluster.id_of(to).unwrap());
-    let slot_text = slot.to_string();
-    let ok = |port: u16, args: &[&str]| {
-        let out = cli(port, args).unwrap();
-        assert!(
-            out.trim() == "OK" || out.trim() == "NOKEY",
-            "{args:?} on {port}: {out}"
-        );
-    };
-    ok(
-        to,
-        &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from_id],
-    );
-    ok(
-        from,
-        &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &to_id],
-    );
-    loop {
-        let keys = cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot_text, "10"]).unwrap();
-        let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
-        if keys.is_empty() {
-            break;
-        }
-        for key in keys {
-            // No REPLACE: nothing of a partition is made on the target
-            // before its keys arrive (a lock keeps no wake stream on a
-            // cluster), so a key already there would be a bug.
-            ok(
-                from,
-                &["MIGRATE", "127.0.0.1", &to.to_string(), key, "0", "5000"],
-            );
-            std::thread::sleep(pause);
-        }
-    }
-    // The new owner first, then the old, then the rest (Redis's own order).
-    let mut order = vec![to, from];
-    order.extend(
-        cluster
-            .nodes
-            .iter()
-            .map(|n| n.port)
-            .filter(|p| *p != to && *p != from),
-    );
-    for port in order {
-        let _ = cli(port, &["CLUSTER", "SETSLOT", &slot_text, "NODE", &to_id]);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moving_the_slots_of_a_held_lock_and_a_watched_tenant_loses_nothing() {
     let cluster = tokio::task::spawn_blocking(|| RedisCluster::spawn(3, 1).unwrap())
@@ -762,7 +710,7 @@ async fn moving_the_slots_of_a_held_lock_and_a_watched_tenant_loses_nothing() {
             .unwrap();
         let cluster_ref = &cluster;
         tokio::task::block_in_place(|| {
-            migrate_slot(cluster_ref, slot, from, to, Duration::from_millis(300))
+            cluster_ref.migrate_slot(slot, from, to, Duration::from_millis(300))
         });
         moves.push((slot, from, to));
     }
@@ -884,7 +832,7 @@ async fn a_waiter_is_still_notified_after_its_partitions_slot_moves_or_fails_ove
                 .unwrap();
             let cluster_ref = &cluster;
             tokio::task::block_in_place(|| {
-                migrate_slot(cluster_ref, slot, from, to, Duration::ZERO)
+                cluster_ref.migrate_slot(slot, from, to, Duration::ZERO)
             });
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -991,8 +939,8 @@ async fn contended_calls_during_slot_moves_back_and_forth_never_fail() {
                 .unwrap();
             let cluster_ref = &cluster;
             tokio::task::block_in_place(|| {
-                migrate_slot(cluster_ref, slot, from, to, Duration::from_millis(700));
-                migrate_slot(cluster_ref, slot, to, from, Duration::from_millis(700));
+                cluster_ref.migrate_slot(slot, from, to, Duration::from_millis(700));
+                cluster_ref.migrate_slot(slot, to, from, Duration::from_millis(700));
             });
         }
     }

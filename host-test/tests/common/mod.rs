@@ -13,6 +13,7 @@ use coord_host::backend::nats::{NatsBackend, NatsConfig};
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::clock::ManualClock;
 
+pub mod fault_run;
 pub mod history;
 pub mod nats_cluster;
 mod nats_server;

@@ -193,6 +193,19 @@ impl RedisCluster {
             .map(|n| n.port)
     }
 
+    /// The ports of the masters serving slots now.
+    pub fn masters(&self) -> Vec<u16> {
+        let Some(node) = self.nodes.iter().find(|n| n.running()) else {
+            return Vec::new();
+        };
+        let nodes = cli(node.port, &["CLUSTER", "NODES"]).unwrap_or_default();
+        parse_nodes(&nodes)
+            .into_iter()
+            .filter(|n| n.master && !n.slots.is_empty())
+            .map(|n| n.port)
+            .collect()
+    }
+
     /// The port of a replica of the master on `port`.
     pub fn replica_of(&self, port: u16) -> Option<u16> {
         let node = self.nodes.iter().find(|n| n.running() && n.port != port)?;
@@ -233,6 +246,57 @@ impl RedisCluster {
     /// the cluster (as a replica, if it was failed over), empty.
     pub fn restart(&mut self, port: u16) -> Result<(), String> {
         self.node(port).start()
+    }
+
+    /// Move `slot` from the master on `from` to the master on `to` by hand, as
+    /// `redis-cli --cluster reshard` does, but one key at a time with a pause
+    /// after each: calls meanwhile meet a partition split between two nodes.
+    pub fn migrate_slot(&self, slot: u16, from: u16, to: u16, pause: Duration) {
+        let (from_id, to_id) = (self.id_of(from).unwrap(), self.id_of(to).unwrap());
+        let slot_text = slot.to_string();
+        let ok = |port: u16, args: &[&str]| {
+            let out = cli(port, args).unwrap();
+            assert!(
+                out.trim() == "OK" || out.trim() == "NOKEY",
+                "{args:?} on {port}: {out}"
+            );
+        };
+        ok(
+            to,
+            &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from_id],
+        );
+        ok(
+            from,
+            &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &to_id],
+        );
+        loop {
+            let keys = cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot_text, "10"]).unwrap();
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            for key in keys {
+                // No REPLACE: nothing of a partition is made on the target
+                // before its keys arrive (a lock keeps no wake stream on a
+                // cluster), so a key already there would be a bug.
+                ok(
+                    from,
+                    &["MIGRATE", "127.0.0.1", &to.to_string(), key, "0", "5000"],
+                );
+                std::thread::sleep(pause);
+            }
+        }
+        // The new owner first, then the old, then the rest (Redis's own order).
+        let mut order = vec![to, from];
+        order.extend(
+            self.nodes
+                .iter()
+                .map(|n| n.port)
+                .filter(|p| *p != to && *p != from),
+        );
+        for port in order {
+            let _ = cli(port, &["CLUSTER", "SETSLOT", &slot_text, "NODE", &to_id]);
+        }
     }
 }
 
