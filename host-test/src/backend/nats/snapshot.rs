@@ -421,8 +421,12 @@ impl NatsBackend {
                 Err(_) => unavailable(format!("a read unanswered after {bound:?}")),
             };
             if started.elapsed() >= budget {
+                let said = match error {
+                    StoreError::Unavailable(said) => said,
+                    other => other.to_string(),
+                };
                 return Err(StoreError::Unavailable(format!(
-                    "{error} ({tries} tries within the response timeout)"
+                    "{said} ({tries} tries within the response timeout)"
                 )));
             }
             tokio::time::sleep(unheard_pause(tries)).await;
