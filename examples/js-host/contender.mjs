@@ -3,7 +3,7 @@
 //  - adjusts an item's stock `rounds` times under the inventory function's
 //    own lock (`inventory.stock`, `item:<item>`), each time a read, a short
 //    pause and a compare-and-set write of the record the Rust function
-//    keeps (partition `inventory-records`), carrying the lock's fence;
+//    keeps (partition `~inventory-record:<item>`, key `record`), carrying the lock's fence;
 //  - joins the item's editors (`inventory.editors`) and waits until it sees
 //    every session named in `--expect`;
 //  - spends `--exports` requests of the user's export limit
@@ -36,7 +36,9 @@ const { values: args } = parseArgs({
 const store = redisStore(args.redis, { prefix: args.prefix });
 useStore(store);
 
-const RECORDS = 'inventory-records';
+// The inventory function's stock table: a partition per item's record.
+const RECORD_PARTITION = `~inventory-record:${args.item}`;
+const RECORD_KEY = 'record';
 const INITIAL_STOCK = 100;
 const stock = mutex({ id: 'inventory.stock', ttlMs: 10000, timeoutMs: 20000 });
 const encoder = new TextEncoder();
@@ -52,7 +54,7 @@ function adjustOnce() {
   const held = stock.acquire(`item:${args.item}`);
   if (held === null) throw new Error('the lock was not acquired within 20 s');
   try {
-    const read = currentStore().get(RECORDS, args.item);
+    const read = currentStore().get(RECORD_PARTITION, RECORD_KEY);
     const record = read.entry ? JSON.parse(decoder.decode(read.entry.value)) : { stock: INITIAL_STOCK, fence: 0 };
     // Fences are below 2^53 (store microseconds), exact as JSON numbers.
     if (BigInt(record.fence) >= held.fence) {
@@ -61,7 +63,13 @@ function adjustOnce() {
     pause(3); // widen the window in which a second holder would show
     const next = { ...record, stock: record.stock + 1, fence: Number(held.fence) };
     const condition = read.entry ? { tag: 'revision', val: read.entry.revision } : { tag: 'absent' };
-    const written = currentStore().put(RECORDS, args.item, encoder.encode(JSON.stringify(next)), undefined, condition);
+    const written = currentStore().put(
+      RECORD_PARTITION,
+      RECORD_KEY,
+      encoder.encode(JSON.stringify(next)),
+      undefined,
+      condition,
+    );
     if (written.outcome.tag !== 'applied') {
       throw new Error(`the record changed while fence ${held.fence} held the lock`);
     }

@@ -49,7 +49,14 @@ COORD_BIN = os.environ.get("COORD_BIN") or str(ROOT / "target" / "debug" / "coor
 
 ROUNDS = 15  # adjustments per host
 INITIAL_STOCK = 100  # the inventory function's, for an item never written
-RECORDS = "inventory-records"
+RECORD_KEY = "record"  # an item's record in the inventory function's table
+
+
+def record_partition(item: str) -> str:
+    """The partition of ``item``'s record in the inventory function's table."""
+    return f"~inventory-record:{item}"
+
+
 EDITORS = coord.Space("inventory.editors", ttl_ms=30_000, max_value_bytes=4_096)
 EXPORTS = coord.Limiter("inventory.exports", limit=10, window_ms=60_000,
                         algorithm="sliding-window")
@@ -95,7 +102,7 @@ def python_adjusts(c: coord.Coord, store: RedisStore, item: str, fences: List[in
     try:
         for _ in range(ROUNDS):
             with c.lock("inventory.stock", f"item:{item}", ttl_ms=10_000, wait_ms=20_000) as held:
-                read = store.get(RECORDS, item)
+                read = store.get(record_partition(item), RECORD_KEY)
                 record = (json.loads(read.entry.value) if read.entry
                           else {"stock": INITIAL_STOCK, "fence": 0})
                 if record["fence"] >= held.fence:
@@ -105,7 +112,8 @@ def python_adjusts(c: coord.Coord, store: RedisStore, item: str, fences: List[in
                 record = {**record, "stock": record["stock"] + 1, "fence": held.fence}
                 condition = (Condition("revision", read.entry.revision) if read.entry
                              else Condition("absent"))
-                written = store.put(RECORDS, item, json.dumps(record).encode(), None, condition)
+                written = store.put(record_partition(item), RECORD_KEY, json.dumps(record).encode(),
+                                    None, condition)
                 if not written.applied:
                     failures.append(f"the record changed while fence {held.fence} held the lock")
                     return

@@ -31,7 +31,17 @@ MAX_WAIT_MS = 30_000
 MAX_ITEM_BYTES = 64
 MAX_SESSION_BYTES = 128
 
-RECORDS = "inventory-records"  # the store partition of the stock table
+# The stock table, as the Rust example keeps it: each item's record in a
+# partition of its own (unwatched: `~`), under the key `record`, and every
+# item named in an index partition before its first record.
+RECORD_KEY = "record"
+ITEMS = "inventory-items"
+
+
+def record_partition(item):
+    return f"~inventory-record:{item}"
+
+
 INITIAL_STOCK = 100
 MAX_RACES = 16
 
@@ -194,7 +204,11 @@ def write(item, delta, fence):
         if stock < 0:
             return error(409, "delta", "insufficient stock", stock=record["stock"])
         record.update(stock=stock, fence=fence)
-        reply = store.put(RECORDS, item, json.dumps(record).encode(), None, condition)
+        if isinstance(condition, store.Condition_Absent) and store.get(ITEMS, item).entry is None:
+            # A conflict means another request named it first: as good.
+            store.put(ITEMS, item, b"", None, store.Condition_Absent())
+        reply = store.put(record_partition(item), RECORD_KEY, json.dumps(record).encode(), None,
+                          condition)
         if isinstance(reply.outcome, store.Outcome_Applied):
             return Reply(200, stock_json(item, record))
         # Another write landed between the read and this one: read again.
@@ -203,7 +217,7 @@ def write(item, delta, fence):
 
 def read_record(item):
     """The item's record and the condition that it is still the one read."""
-    entry = store.get(RECORDS, item).entry
+    entry = store.get(record_partition(item), RECORD_KEY).entry
     if entry is None:
         return {"stock": INITIAL_STOCK, "fence": 0}, store.Condition_Absent()
     return json.loads(entry.value), store.Condition_Revision(entry.revision)
@@ -280,8 +294,8 @@ def export(req):
             headers + [("retry-after", seconds)],
         )
     items = [
-        stock_json(entry.key, json.loads(entry.value))
-        for entry in store.list(RECORDS, "").entries
+        stock_json(entry.key, read_record(entry.key)[0])
+        for entry in store.list(ITEMS, "").entries
     ]
     return Reply(200, {"items": items, "remaining": decision.remaining}, headers)
 

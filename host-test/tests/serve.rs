@@ -782,6 +782,77 @@ async fn two_serve_processes_on_one_redis_cluster_share_locks_presence_and_limit
     common::delete_prefix(&url, &acked);
 }
 
+/// Outside testers: the example kept every item's stock in one partition,
+/// so on a Redis Cluster the whole table lived on one master (its failover
+/// stopped every item) and on NATS every write rewrote the whole table. Each
+/// item's record is a partition of its own now: twelve items' records land
+/// on more than one master, and the export still lists every item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_examples_items_spread_over_a_redis_clusters_masters() {
+    use common::redis_cluster::{cli, parse_nodes};
+    let url = tokio::task::spawn_blocking(common::redis_cluster_url)
+        .await
+        .unwrap();
+    let prefix = format!("serve-spread-{}", std::process::id());
+    let serve = Serve::start(&["--redis-cluster", url.as_str(), "--prefix", prefix.as_str()]);
+    for n in 0..12 {
+        let made = serve
+            .call(
+                "POST",
+                &format!("/items/s{n}/adjust?delta=-{}", n + 1),
+                None,
+                "",
+            )
+            .await;
+        assert_eq!(made.status, 200, "item s{n}: {}", made.json);
+    }
+    let exports = serve.call("POST", "/exports", Some("ann"), "").await;
+    let mut listed: Vec<(String, i64)> = exports.json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["item"].as_str().unwrap().to_string(),
+                i["stock"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    listed.sort();
+    let mut expected: Vec<(String, i64)> = (0..12).map(|n| (format!("s{n}"), 99 - n)).collect();
+    expected.sort();
+    assert_eq!(listed, expected, "{}", exports.json);
+
+    let port: u16 = url
+        .split(',')
+        .next()
+        .and_then(|u| u.rsplit(':').next())
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .unwrap();
+    let nodes = parse_nodes(&cli(port, &["CLUSTER", "NODES"]).unwrap());
+    let mut masters = std::collections::HashSet::new();
+    for n in 0..12 {
+        let key = format!("{prefix}:{{p:~inventory-record:s{n}}}:s");
+        let slot: u16 = cli(port, &["CLUSTER", "KEYSLOT", &key])
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let master = nodes
+            .iter()
+            .find(|m| m.master && m.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .unwrap();
+        let exists = cli(master.port, &["EXISTS", &key]).unwrap();
+        assert_eq!(exists.trim(), "1", "no record at {key} on its master");
+        masters.insert(master.port);
+    }
+    assert!(
+        masters.len() > 1,
+        "twelve items' records are all on one master: {masters:?}"
+    );
+    common::delete_prefix(&url, &prefix);
+}
+
 /// `coord serve --cache-dir DIR` started in `cwd`, read until it listens,
 /// then stopped: its compile-cache log line's (modules loaded, modules
 /// compiled).

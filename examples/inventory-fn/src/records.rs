@@ -1,19 +1,36 @@
 //! The stock table: this example's system of record, with the fence checked
 //! at the write boundary.
 //!
-//! Seed 000 keeps business records in a database and asks that the lock's
-//! fence be persisted and compared where the write lands, because a lease
-//! alone cannot stop a holder that paused past its TTL. Here the table is one
-//! partition of the host's store; each write is a compare-and-set on the
-//! record's revision, so "fence not older than the newest one written" and
-//! the write itself are one atomic step.
+//! k2b's lock guide keeps business records in a database and asks that the
+//! lock's fence be persisted and compared where the write lands, because a
+//! lease alone cannot stop a holder that paused past its TTL. Here each
+//! item's record is a partition of the host's store of its own, so items
+//! spread over a cluster's shards and a write costs the item's record, not
+//! the table; each write is a compare-and-set on the record's revision, so
+//! "fence not older than the newest one written" and the write itself are
+//! one atomic step. An index partition names every item written, for the
+//! export and the table's bound.
 
 use crate::bindings::coord::sync::store::{self, Condition, Outcome};
 use serde::{Deserialize, Serialize};
 
-/// The partition holding every item's record (one partition, so an export can
-/// list them all in one call).
-const PARTITION: &str = "inventory-records";
+/// The partition of `item`'s record: unwatched (`~`), as nobody follows a
+/// record's change feed, and one per item (outside testers found one
+/// partition for the whole table put every item on one Redis Cluster master
+/// and made every NATS write rewrite the table).
+pub fn partition(item: &str) -> String {
+    format!("{RECORD_PARTITION_PREFIX}{item}")
+}
+
+/// What an item's record partition is called before the item's name.
+pub const RECORD_PARTITION_PREFIX: &str = "~inventory-record:";
+
+/// The key of the record in its item's partition.
+pub const RECORD_KEY: &str = "record";
+
+/// The partition naming every item ever written (key: the item; value:
+/// empty), written once per item, before its first record.
+pub const ITEMS: &str = "inventory-items";
 
 /// Every item starts with this much stock.
 pub const INITIAL_STOCK: i64 = 100;
@@ -109,21 +126,45 @@ pub enum Refused {
 
 /// Read `item`'s record (the initial one if it was never written).
 pub fn read(item: &str) -> Result<Record, String> {
-    let reply = store::get(PARTITION, item).map_err(describe)?;
+    let reply = store::get(&partition(item), RECORD_KEY).map_err(describe)?;
     match reply.entry {
         Some(entry) => decode(&entry.value),
         None => Ok(Record::default()),
     }
 }
 
-/// Every record written so far, by item.
+/// Every item written so far, with its record: the index, then one read per
+/// item (at most [`MAX_ITEMS`]).
 pub fn list() -> Result<Vec<(String, Record)>, String> {
-    let reply = store::list(PARTITION, "").map_err(describe)?;
-    reply
+    let index = store::list(ITEMS, "").map_err(describe)?;
+    index
         .entries
         .into_iter()
-        .map(|entry| Ok((entry.key, decode(&entry.value)?)))
+        .map(|entry| {
+            let record = read(&entry.key)?;
+            Ok((entry.key, record))
+        })
         .collect()
+}
+
+/// Name `item` in the index before its first record is written, refusing a
+/// new item once the index holds [`MAX_ITEMS`].
+fn index(item: &str) -> Result<(), Refused> {
+    let store_error = |e| Refused::Store(describe(e));
+    if store::get(ITEMS, item)
+        .map_err(store_error)?
+        .entry
+        .is_some()
+    {
+        return Ok(());
+    }
+    let items = store::list(ITEMS, "").map_err(store_error)?;
+    if items.entries.len() >= MAX_ITEMS {
+        return Err(Refused::TableFull);
+    }
+    // A conflict means another request named it first: as good.
+    store::put(ITEMS, item, b"", None, &Condition::Absent).map_err(store_error)?;
+    Ok(())
 }
 
 /// Add `delta` to `item`'s stock under a lock whose fence is `fence`. With
@@ -137,7 +178,7 @@ pub fn adjust(
 ) -> Result<Adjusted, Refused> {
     let store_error = |e| Refused::Store(describe(e));
     for _ in 0..MAX_RACES {
-        let read = store::get(PARTITION, item).map_err(store_error)?;
+        let read = store::get(&partition(item), RECORD_KEY).map_err(store_error)?;
         let (record, condition) = match &read.entry {
             Some(entry) => (
                 decode(&entry.value).map_err(Refused::Store)?,
@@ -185,10 +226,7 @@ pub fn adjust(
             if delta == 0 && idempotency_key.is_none() {
                 return Ok(adjusted);
             }
-            let items = store::list(PARTITION, "").map_err(store_error)?;
-            if items.entries.len() >= MAX_ITEMS {
-                return Err(Refused::TableFull);
-            }
+            index(item)?;
         }
         let mut applied: Vec<Applied> = record
             .applied
@@ -212,7 +250,8 @@ pub fn adjust(
             applied,
         };
         let bytes = serde_json::to_vec(&next).map_err(|e| Refused::Store(e.to_string()))?;
-        let reply = store::put(PARTITION, item, &bytes, None, &condition).map_err(store_error)?;
+        let reply = store::put(&partition(item), RECORD_KEY, &bytes, None, &condition)
+            .map_err(store_error)?;
         match reply.outcome {
             Outcome::Applied(_) => return Ok(adjusted),
             // Another write landed between the read and this one: read again.

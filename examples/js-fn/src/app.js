@@ -21,7 +21,12 @@ const MAX_ITEM_BYTES = 64;
 const MAX_SESSION_BYTES = 128;
 const MAX_BODY_BYTES = 16 * 1024;
 
-const RECORDS = 'inventory-records'; // the store partition of the stock table
+// The stock table, as the Rust example keeps it: each item's record in a
+// partition of its own (unwatched: `~`), under the key `record`, and every
+// item named in an index partition before its first record.
+const recordPartition = (item) => `~inventory-record:${item}`;
+const RECORD_KEY = 'record';
+const ITEMS = 'inventory-items';
 const INITIAL_STOCK = 100;
 const MAX_RACES = 16;
 
@@ -199,7 +204,17 @@ function write(item, delta, fence) {
       return error(409, 'delta', 'insufficient stock', { stock: record.stock });
     }
     const next = { ...record, stock, fence: Number(fence) };
-    const written = store.put(RECORDS, item, encoder.encode(JSON.stringify(next)), undefined, condition);
+    if (condition.tag === 'absent' && store.get(ITEMS, item).entry === undefined) {
+      // A conflict means another request named it first: as good.
+      store.put(ITEMS, item, new Uint8Array(), undefined, { tag: 'absent' });
+    }
+    const written = store.put(
+      recordPartition(item),
+      RECORD_KEY,
+      encoder.encode(JSON.stringify(next)),
+      undefined,
+      condition,
+    );
     if (written.outcome.tag === 'applied') return reply(200, stockJson(item, next));
     // Another write landed between the read and this one: read again.
   }
@@ -208,7 +223,7 @@ function write(item, delta, fence) {
 
 /** The item's record and the condition that it is still the one read. */
 function readRecord(item) {
-  const { entry } = store.get(RECORDS, item);
+  const { entry } = store.get(recordPartition(item), RECORD_KEY);
   if (entry === undefined) {
     return { record: { stock: INITIAL_STOCK, fence: 0 }, condition: { tag: 'absent' } };
   }
@@ -297,9 +312,7 @@ function exportAll(req) {
       { ...headers, 'retry-after': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) },
     );
   }
-  const items = store
-    .list(RECORDS, '')
-    .entries.map((entry) => stockJson(entry.key, JSON.parse(decoder.decode(entry.value))));
+  const items = store.list(ITEMS, '').entries.map((entry) => stockJson(entry.key, readRecord(entry.key).record));
   return reply(200, { items, remaining: decision.remaining }, headers);
 }
 
