@@ -4,7 +4,9 @@
 //! ([`COMPONENT`], built from `component/` by this crate's build script). The
 //! component imports one capability, `coord:sync/store`, and this crate
 //! supplies it from a [`backend::Backend`]: [`backend::memory::MemoryBackend`]
-//! (one process, any number of instances) today, Redis next.
+//! (one process, any number of instances), [`backend::redis::RedisBackend`]
+//! (one server or a Redis Cluster) or [`backend::nats::NatsBackend`] (NATS
+//! JetStream, one server or a cluster).
 //!
 //! [`Runtime`] compiles the component once and pre-links it
 //! (`InstancePre`, pooling allocator), so an [`Instance`] per request is
@@ -28,9 +30,13 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! An embedder with a wasmtime `Linker` and a state of its own links
+//! coord's imports with [`add_to_linker`] and calls the exports through
+//! [`bindings::Coordinator`] (`examples/embed` is such a host).
 
 pub mod backend;
-mod bindings;
+pub mod bindings;
 pub mod clock;
 pub mod compose;
 pub mod holdings;
@@ -120,7 +126,7 @@ impl Runtime {
         let engine = Engine::new(config)?;
         let component = Component::new(&engine, bytes).context("loading the coord component")?;
         let mut linker = Linker::new(&engine);
-        bindings::Coordinator::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)?;
+        add_to_linker(&mut linker, |state| state)?;
         let pre = bindings::CoordinatorPre::new(linker.instantiate_pre(&component)?)?;
         Ok(Runtime {
             engine,
@@ -145,6 +151,18 @@ impl Runtime {
         let coordinator = self.pre.instantiate_async(&mut store).await?;
         Ok(Instance { store, coordinator })
     }
+}
+
+/// Link every import of `coord.wasm` (`coord:sync/store` and
+/// `wasi:random/random`) into an embedder's own `linker`, served for each
+/// wasmtime `Store` by the [`HostState`] that `get` finds in the embedder's
+/// state. Instantiate the component with [`bindings::Coordinator`] and call
+/// its exports (`coordinator.coord_sync_lock().call_acquire(&mut store, …)`).
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut HostState,
+) -> wasmtime::Result<()> {
+    bindings::Coordinator::add_to_linker::<T, HasSelf<HostState>>(linker, get)
 }
 
 /// The engine configuration every runtime uses: the pooling allocator, for
