@@ -20,7 +20,7 @@
 //!
 //! let runtime = Runtime::new(Arc::new(MemoryBackend::default()))?;
 //! let mut instance = runtime.instantiate().await?;
-//! let options = AcquireOptions { ttl_ms: Some(10_000), wait: Some(WaitPolicy::NoWait) };
+//! let options = AcquireOptions::new().ttl_ms(10_000).no_wait();
 //! match instance.acquire("inventory.stock", "item:42", options).await?? {
 //!     AcquireOutcome::Acquired(lock) => {
 //!         // ... write, presenting lock.fence at the write boundary ...
@@ -60,6 +60,53 @@ pub mod lock {
         AcquireOptions, AcquireOutcome, Error, ExtendOutcome, HeldLock, Holder, InvalidArgument,
         Retry, WaitPolicy,
     };
+
+    /// The WIT's defaults: a 30 s TTL, and up to 2 s of waiting.
+    impl Default for AcquireOptions {
+        fn default() -> Self {
+            AcquireOptions {
+                ttl_ms: None,
+                wait: None,
+            }
+        }
+    }
+
+    impl AcquireOptions {
+        /// The WIT's defaults ([`Default`]), to change with the methods below:
+        /// `AcquireOptions::new().ttl_ms(10_000).no_wait()`.
+        pub fn new() -> Self {
+            AcquireOptions::default()
+        }
+
+        /// Hold the lock for `ttl_ms` milliseconds unless extended (1 to
+        /// 86 400 000; the WIT's default is 30 000).
+        #[must_use]
+        pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
+            self.ttl_ms = Some(ttl_ms);
+            self
+        }
+
+        /// When the lock is held, answer `busy` at once.
+        #[must_use]
+        pub fn no_wait(self) -> Self {
+            self.wait(WaitPolicy::NoWait)
+        }
+
+        /// When the lock is held, keep trying (woken by each release or
+        /// expiry) until `ms` milliseconds of store time have passed (0 to
+        /// 600 000).
+        #[must_use]
+        pub fn wait_up_to(self, ms: u64) -> Self {
+            self.wait(WaitPolicy::Timeout(ms))
+        }
+
+        /// When the lock is held, follow `policy`.
+        #[must_use]
+        pub fn wait(mut self, policy: WaitPolicy) -> Self {
+            self.wait = Some(policy);
+            self
+        }
+    }
 }
 
 /// The lease interface's types, as the host sees them (`coord:sync/lease`).

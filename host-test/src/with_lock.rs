@@ -8,7 +8,7 @@
 //! use coord_host::with_lock::{Ran, WithLock};
 //! use coord_host::lock::AcquireOptions;
 //!
-//! let how = WithLock::refreshing(AcquireOptions { ttl_ms: Some(10_000), wait: None });
+//! let how = WithLock::refreshing(AcquireOptions::new().ttl_ms(10_000));
 //! let ran = runtime
 //!     .with_lock("reports.nightly", "2026-12-01", how, |guard| async move {
 //!         for chunk in 0..100 {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::ephemeral::Space;
-use coord_host::lock::{AcquireOptions, AcquireOutcome, WaitPolicy};
+use coord_host::lock::{AcquireOptions, AcquireOutcome};
 use coord_host::ratelimit::Limiter;
 use coord_host::{COMPONENT, Runtime, engine_config};
 use wasmtime::component::Component;
@@ -70,10 +70,7 @@ async fn calls_that_fit_never_grow_the_memory_the_instance_starts_with() {
     let runtime =
         Runtime::with_config(COMPONENT, &config, Arc::new(MemoryBackend::default())).unwrap();
 
-    let no_wait = AcquireOptions {
-        ttl_ms: Some(30_000),
-        wait: Some(WaitPolicy::NoWait),
-    };
+    let no_wait = AcquireOptions::new().ttl_ms(30_000).no_wait();
     let limiter = Limiter {
         id: "memory.limit".into(),
         limit: 1_000_000,

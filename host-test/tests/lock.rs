@@ -38,10 +38,7 @@ fn runtime(h: &Harness) -> Runtime {
 }
 
 fn no_wait(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        ttl_ms: Some(ttl_ms),
-        wait: Some(WaitPolicy::NoWait),
-    }
+    AcquireOptions::new().ttl_ms(ttl_ms).no_wait()
 }
 
 fn acquired(outcome: AcquireOutcome) -> HeldLock {
@@ -111,10 +108,7 @@ async fn mutual_exclusion_and_increasing_fences_among_concurrent_instances(h: Ha
         tasks.push(tokio::spawn(async move {
             let mut i = rt.instantiate().await.unwrap();
             // The clock never moves: a waiter can only be woken by a release.
-            let wait = AcquireOptions {
-                ttl_ms: Some(60_000),
-                wait: Some(WaitPolicy::Timeout(600_000)),
-            };
+            let wait = AcquireOptions::new().ttl_ms(60_000).wait_up_to(600_000);
             for _ in 0..ROUNDS {
                 let lock = acquired(acquire(&mut i, "item:1", wait).await);
                 assert!(
@@ -279,10 +273,7 @@ async fn invalid_input_gets_an_error_naming_the_field(h: Harness) {
     }
     let rt = runtime(&h);
     let mut i = instance(&rt).await;
-    let default = AcquireOptions {
-        ttl_ms: None,
-        wait: None,
-    };
+    let default = AcquireOptions::new();
     assert_eq!(field(i.acquire("", "r", default).await.unwrap()), "id");
     assert_eq!(
         field(i.acquire("i", "", default).await.unwrap()),
@@ -313,10 +304,7 @@ async fn invalid_input_gets_an_error_naming_the_field(h: Harness) {
         field(i.acquire("i", "r", options).await.unwrap()),
         "options.wait.attempts.max-attempts"
     );
-    let forever = AcquireOptions {
-        ttl_ms: None,
-        wait: Some(WaitPolicy::Timeout(u64::MAX)),
-    };
+    let forever = AcquireOptions::new().wait_up_to(u64::MAX);
     assert_eq!(
         field(i.acquire("i", "r", forever).await.unwrap()),
         "options.wait.timeout"

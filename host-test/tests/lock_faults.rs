@@ -23,10 +23,7 @@ async fn instance(backend: Arc<RedisBackend>) -> Instance {
 }
 
 fn no_wait(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        ttl_ms: Some(ttl_ms),
-        wait: Some(WaitPolicy::NoWait),
-    }
+    AcquireOptions::new().ttl_ms(ttl_ms).no_wait()
 }
 
 /// Outside testers started four processes at once; waiters gave up after
@@ -56,10 +53,7 @@ async fn contending_waiters_each_keep_trying_for_the_default_two_seconds() {
             let until = Instant::now() + Duration::from_secs(6);
             while Instant::now() < until {
                 let started = Instant::now();
-                let options = AcquireOptions {
-                    ttl_ms: Some(10_000),
-                    wait: None,
-                };
+                let options = AcquireOptions::new().ttl_ms(10_000);
                 match i.acquire(ID, resource, options).await.unwrap().unwrap() {
                     AcquireOutcome::Acquired(lock) => {
                         acquired += 1;

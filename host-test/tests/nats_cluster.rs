@@ -67,10 +67,7 @@ async fn contention_on_a_replicated_stream_is_decided_again_never_unavailable() 
                 if let Err(e) = instance.check(&limiter, "hot", Some(1)).await.unwrap() {
                     failed.push(format!("{e:?}"));
                 }
-                let options = AcquireOptions {
-                    ttl_ms: Some(5_000),
-                    wait: Some(WaitPolicy::Timeout(10_000)),
-                };
+                let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(10_000);
                 match instance
                     .acquire("stock", "item:hot", options)
                     .await
@@ -155,10 +152,7 @@ async fn a_leader_stepping_down_mid_contention_costs_a_wait_not_a_failure() {
             let mut instance: Instance = runtime.instantiate().await.unwrap();
             let mut failed = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                let options = AcquireOptions {
-                    ttl_ms: Some(5_000),
-                    wait: Some(WaitPolicy::Timeout(10_000)),
-                };
+                let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(10_000);
                 let resource = format!("item:{}", t % 2);
                 match instance.acquire("stock", &resource, options).await.unwrap() {
                     Ok(AcquireOutcome::Acquired(lock)) => {
@@ -408,10 +402,7 @@ async fn killing_the_stream_leader_mid_contention_grants_nothing_twice_and_work_
             let resource = format!("item:{}", t % 2);
             while !stop.load(Ordering::SeqCst) {
                 let began = Instant::now();
-                let options = AcquireOptions {
-                    ttl_ms: Some(2_000),
-                    wait: Some(WaitPolicy::Timeout(1_000)),
-                };
+                let options = AcquireOptions::new().ttl_ms(2_000).wait_up_to(1_000);
                 let lock = match instance.acquire("stock", &resource, options).await.unwrap() {
                     Ok(AcquireOutcome::Acquired(lock)) => lock,
                     Ok(AcquireOutcome::Busy(_)) => continue,

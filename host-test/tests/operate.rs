@@ -14,7 +14,7 @@ use common::{redis_config, redis_url};
 use coord_host::Runtime;
 use coord_host::backend::redis::RedisBackend;
 use coord_host::ephemeral::Space;
-use coord_host::lock::{AcquireOptions, AcquireOutcome, WaitPolicy};
+use coord_host::lock::{AcquireOptions, AcquireOutcome};
 use coord_host::ratelimit::Limiter;
 use serde_json::Value;
 
@@ -55,10 +55,7 @@ async fn lock_ephemeral_and_limit_commands_see_and_change_what_functions_see() {
     let prefix = config.prefix.clone();
     let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
     let mut i = Runtime::new(backend).unwrap().instantiate().await.unwrap();
-    let options = AcquireOptions {
-        ttl_ms: Some(60_000),
-        wait: Some(WaitPolicy::NoWait),
-    };
+    let options = AcquireOptions::new().ttl_ms(60_000).no_wait();
     let AcquireOutcome::Acquired(lock) = i
         .acquire("inventory.stock", "item:9", options)
         .await
@@ -282,10 +279,7 @@ async fn take(
     id: &str,
     resource: &str,
 ) -> coord_host::lock::HeldLock {
-    let options = AcquireOptions {
-        ttl_ms: Some(60_000),
-        wait: Some(WaitPolicy::NoWait),
-    };
+    let options = AcquireOptions::new().ttl_ms(60_000).no_wait();
     match i.acquire(id, resource, options).await.unwrap().unwrap() {
         AcquireOutcome::Acquired(lock) => lock,
         AcquireOutcome::Busy(h) => panic!("busy at fence {}", h.fence),

@@ -68,10 +68,7 @@ async fn put(backend: &RedisBackend, key: &str, value: &[u8], ttl_ms: Option<u64
 }
 
 fn no_wait(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        ttl_ms: Some(ttl_ms),
-        wait: Some(WaitPolicy::NoWait),
-    }
+    AcquireOptions::new().ttl_ms(ttl_ms).no_wait()
 }
 
 async fn acquire(i: &mut Instance, options: AcquireOptions) -> Result<AcquireOutcome, Error> {
@@ -806,10 +803,7 @@ async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
                 while !stop.load(Ordering::SeqCst) {
                     n += 1;
                     let resource = format!("item:{}", n % 3);
-                    let options = AcquireOptions {
-                        ttl_ms: Some(2_000),
-                        wait: Some(WaitPolicy::NoWait),
-                    };
+                    let options = AcquireOptions::new().ttl_ms(2_000).no_wait();
                     let lock = match i.acquire("stock", &resource, options).await.unwrap() {
                         Ok(AcquireOutcome::Acquired(lock)) => lock,
                         Ok(AcquireOutcome::Busy(_)) => continue,
@@ -1076,10 +1070,7 @@ async fn held_and_wanted(backend: &Arc<RedisBackend>) -> (Instance, HeldLock, In
 
 /// Acquire options that wait up to a minute.
 fn wait_a_minute() -> AcquireOptions {
-    AcquireOptions {
-        ttl_ms: Some(60_000),
-        wait: Some(WaitPolicy::Timeout(60_000)),
-    }
+    AcquireOptions::new().ttl_ms(60_000).wait_up_to(60_000)
 }
 
 fn applied_entry(outcome: Outcome) -> Entry {

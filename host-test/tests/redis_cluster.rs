@@ -407,10 +407,7 @@ async fn failover_round(cluster: &mut RedisCluster, replica_acks: u32) -> Round 
             let mut instance: Instance = runtime.instantiate().await.unwrap();
             while !stop.load(Ordering::SeqCst) {
                 let sent = Instant::now();
-                let options = AcquireOptions {
-                    ttl_ms: Some(20_000),
-                    wait: Some(WaitPolicy::Timeout(500)),
-                };
+                let options = AcquireOptions::new().ttl_ms(20_000).wait_up_to(500);
                 let lock = match instance.acquire("stock", &resource, options).await.unwrap() {
                     Ok(AcquireOutcome::Acquired(lock)) => lock,
                     Ok(AcquireOutcome::Busy(_)) => continue,
@@ -578,10 +575,7 @@ async fn moving_the_slots_of_a_held_lock_and_a_watched_tenant_loses_nothing() {
 
     // The holder: acquires, then extends every 200 ms; never told "lost".
     let mut holder = runtime.instantiate().await.unwrap();
-    let options = AcquireOptions {
-        ttl_ms: Some(5_000),
-        wait: None,
-    };
+    let options = AcquireOptions::new().ttl_ms(5_000);
     let Ok(AcquireOutcome::Acquired(mut held)) =
         holder.acquire("stock", resource, options).await.unwrap()
     else {
@@ -612,10 +606,7 @@ async fn moving_the_slots_of_a_held_lock_and_a_watched_tenant_loses_nothing() {
         contending.push(tokio::spawn(async move {
             let mut instance = runtime.instantiate().await.unwrap();
             while !stop.load(Ordering::SeqCst) {
-                let options = AcquireOptions {
-                    ttl_ms: Some(5_000),
-                    wait: Some(WaitPolicy::Timeout(300)),
-                };
+                let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(300);
                 match instance.acquire("stock", resource, options).await.unwrap() {
                     Ok(AcquireOutcome::Acquired(_)) => count("contender acquired"),
                     Ok(AcquireOutcome::Busy(_)) => count("busy"),
@@ -900,10 +891,7 @@ async fn contended_calls_during_slot_moves_back_and_forth_never_fail() {
             let mut n = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 n += 1;
-                let options = AcquireOptions {
-                    ttl_ms: Some(10_000),
-                    wait: Some(WaitPolicy::Timeout(5_000)),
-                };
+                let options = AcquireOptions::new().ttl_ms(10_000).wait_up_to(5_000);
                 let lock = match instance.acquire("stock", resource, options).await.unwrap() {
                     Ok(AcquireOutcome::Acquired(lock)) => lock,
                     Ok(AcquireOutcome::Busy(_)) => continue,

@@ -29,10 +29,7 @@ async fn instance(backend: Arc<dyn coord_host::backend::Backend>) -> Instance {
 }
 
 fn no_wait(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        ttl_ms: Some(ttl_ms),
-        wait: Some(WaitPolicy::NoWait),
-    }
+    AcquireOptions::new().ttl_ms(ttl_ms).no_wait()
 }
 
 fn resource() -> String {

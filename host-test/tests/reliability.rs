@@ -309,10 +309,7 @@ async fn injected_store_faults_never_grant_wrongly_and_work_resumes(h: Harness) 
     h.advance(3_600_000); // every lock left behind by a lost reply has expired
     for t in 0..TASKS {
         let mut i: Instance = runtime.instantiate().await.unwrap();
-        let options = AcquireOptions {
-            ttl_ms: Some(1000),
-            wait: Some(WaitPolicy::NoWait),
-        };
+        let options = AcquireOptions::new().ttl_ms(1000).no_wait();
         let resource = format!("item:{}", t % 2);
         let AcquireOutcome::Acquired(lock) = i
             .acquire("stock", &resource, options)
@@ -432,10 +429,7 @@ async fn lock_histories_are_linearizable(h: Harness) {
                 let mut rng = Lcg(c * 31 + round);
                 for _ in 0..ROUNDS {
                     let t = recorder.invoke();
-                    let options = AcquireOptions {
-                        ttl_ms: Some(60_000),
-                        wait: Some(WaitPolicy::NoWait),
-                    };
+                    let options = AcquireOptions::new().ttl_ms(60_000).no_wait();
                     match i
                         .acquire("stock", &format!("hist-{round}"), options)
                         .await
@@ -600,10 +594,7 @@ async fn expiring_lock_histories_are_linearizable(h: Harness) {
                 let mut rng = Lcg(c * 17 + round + 3);
                 for attempt in 0..6 {
                     let ttl = 5 + rng.below(30);
-                    let options = AcquireOptions {
-                        ttl_ms: Some(ttl),
-                        wait: Some(WaitPolicy::NoWait),
-                    };
+                    let options = AcquireOptions::new().ttl_ms(ttl).no_wait();
                     let t = recorder.invoke();
                     let resource = format!("exp-hist-{round}");
                     match i

@@ -22,7 +22,7 @@ use coord_host::backend::memory::MemoryBackend;
 use coord_host::backend::recording::RecordingBackend;
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::clock::TokioClock;
-use coord_host::lock::{AcquireOptions, AcquireOutcome, WaitPolicy};
+use coord_host::lock::{AcquireOptions, AcquireOutcome};
 use coord_host::with_lock::{LostBecause, Ran, WithLock, WithLockError};
 use futures_util::FutureExt as _;
 
@@ -35,10 +35,7 @@ const TTL_MS: u64 = 300;
 const LONG_TTL_MS: u64 = 1000;
 
 fn options(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        ttl_ms: Some(ttl_ms),
-        wait: Some(WaitPolicy::NoWait),
-    }
+    AcquireOptions::new().ttl_ms(ttl_ms).no_wait()
 }
 
 /// A store on a real clock, every call recorded.
@@ -415,10 +412,7 @@ waiting!(
 
 /// Acquire with a wait long enough for any holder here, and `ttl_ms`.
 fn waiting(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        ttl_ms: Some(ttl_ms),
-        wait: Some(WaitPolicy::Timeout(30_000)),
-    }
+    AcquireOptions::new().ttl_ms(ttl_ms).wait_up_to(30_000)
 }
 
 /// Another holder keeps the lock (a 60 s TTL) for two of the run's TTLs,

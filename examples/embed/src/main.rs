@@ -13,7 +13,7 @@ use std::sync::Arc;
 use coord_host::HostState;
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::bindings::Coordinator;
-use coord_host::lock::{AcquireOptions, AcquireOutcome, WaitPolicy};
+use coord_host::lock::{AcquireOptions, AcquireOutcome};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store};
 
@@ -50,10 +50,7 @@ async fn contend() -> wasmtime::Result<()> {
         stores.push((store, coordinator));
     }
 
-    let options = || AcquireOptions {
-        ttl_ms: Some(10_000),
-        wait: Some(WaitPolicy::NoWait),
-    };
+    let options = || AcquireOptions::new().ttl_ms(10_000).no_wait();
     let [(first, first_coord), (second, second_coord)] = &mut stores[..] else {
         unreachable!("two instances were made")
     };

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coord_host::ephemeral::Space;
-use coord_host::lock::{AcquireOptions, AcquireOutcome, WaitPolicy};
+use coord_host::lock::{AcquireOptions, AcquireOutcome};
 use coord_host::{Instance, Runtime};
 
 /// The locks the lock workers contend for.
@@ -282,10 +282,7 @@ impl Worker {
 
     async fn lock_loop(mut self, resource: String) {
         while !self.stop.load(Ordering::SeqCst) {
-            let options = AcquireOptions {
-                ttl_ms: Some(TTL_MS),
-                wait: Some(WaitPolicy::Timeout(1_000)),
-            };
+            let options = AcquireOptions::new().ttl_ms(TTL_MS).wait_up_to(1_000);
             let sent = Instant::now();
             let held = match self.instance.acquire("faultrun", &resource, options).await {
                 Ok(Ok(AcquireOutcome::Acquired(held))) => held,

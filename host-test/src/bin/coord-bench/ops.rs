@@ -75,10 +75,7 @@ fn meter_request() -> MeterRequest {
 }
 
 pub(crate) fn no_wait() -> AcquireOptions {
-    AcquireOptions {
-        ttl_ms: Some(30_000),
-        wait: Some(WaitPolicy::NoWait),
-    }
+    AcquireOptions::new().ttl_ms(30_000).no_wait()
 }
 
 pub fn failed(what: &str) -> wasmtime::Error {

@@ -154,10 +154,7 @@ async fn acquire_waiting(
     item: &str,
     ttl_ms: u64,
 ) -> wasmtime::Result<HeldLock> {
-    let options = AcquireOptions {
-        ttl_ms: Some(ttl_ms),
-        wait: None,
-    };
+    let options = AcquireOptions::new().ttl_ms(ttl_ms);
     match instance
         .acquire(LOCK_ID, item, options)
         .await?
@@ -184,10 +181,7 @@ async fn adjust_once(
     inventory: &Inventory,
     log: &Log,
 ) -> wasmtime::Result<()> {
-    let try_once = AcquireOptions {
-        ttl_ms: Some(2000),
-        wait: Some(WaitPolicy::NoWait),
-    };
+    let try_once = AcquireOptions::new().ttl_ms(2000).no_wait();
     let lock = match instance
         .acquire(LOCK_ID, item, try_once)
         .await?

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use coord_host::Runtime;
 use coord_host::lease_manager::{GuardError, LeaseManager};
-use coord_host::lock::{AcquireOptions, WaitPolicy};
+use coord_host::lock::AcquireOptions;
 use coord_host::with_lock::{Ran, WithLock};
 
 use crate::demo::Log;
@@ -17,10 +17,7 @@ pub async fn job_under_with_lock(
     inventory: &Inventory,
     log: &Log,
 ) -> wasmtime::Result<()> {
-    let how = WithLock::refreshing(AcquireOptions {
-        ttl_ms: Some(300),
-        wait: Some(WaitPolicy::Timeout(2_000)),
-    });
+    let how = WithLock::refreshing(AcquireOptions::new().ttl_ms(300).wait_up_to(2_000));
     let ran = runtime
         .with_lock("inventory.stock", "item:2", how, |guard| async move {
             log.say(
