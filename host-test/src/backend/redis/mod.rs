@@ -57,22 +57,24 @@
 //! `XREAD` (an ACL), and under a test clock (whose time cannot end a block
 //! on Redis), it is a `wait` followed by a `put`.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionInfo, ErrorKind, IntoConnectionInfo,
-    ProtocolVersion, PushInfo, PushKind, RedisError, ServerErrorKind, Value,
+    Client, Cmd, ConnectionInfo, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo,
+    RedisError, ServerErrorKind, Value,
 };
-use async_trait::async_trait;
-use tokio::sync::{mpsc, oneshot, watch};
-
-use super::*;
-use crate::clock::{Clock, ManualClock};
 use coord_component::keys::is_unwatched;
+use tokio::sync::mpsc;
+
+use crate::backend::{DEFAULT_RETENTION_MS, StoreError, WriteReply};
+use crate::clock::{Clock, ManualClock};
+use blocking::BlockingConnection;
+use codec::{Inputs, Op, write_reply};
+use link::{Link, SlotTable, cluster_connection};
+use waiting::{Subscription, Waiters, dispatch_notification, manage_subscriptions};
 
 mod blocking;
 mod codec;
@@ -82,11 +84,7 @@ mod store;
 mod tests;
 mod waiting;
 
-use blocking::*;
-use codec::*;
 pub use link::slot_of;
-use link::*;
-use waiting::*;
 
 /// The Lua script that implements every partition operation but `meter`,
 /// without the line of configuration it is loaded behind

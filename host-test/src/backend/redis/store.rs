@@ -2,7 +2,18 @@
 //! store script (or `TIME`), `wait-then-put` a blocking `XREAD` with the
 //! put behind it.
 
-use super::*;
+use super::codec::{Inputs, Op, Reader, listing, meter_reply, page, ttl_arg};
+use super::{METER_SCRIPT, RedisBackend, malformed, unavailable};
+use crate::backend::{
+    Backend, ChangesReply, Condition, ListReply, MeterAlgorithm, MeterMode, MeterReply,
+    MeterRequest, Millis, ReadReply, StoreError, WriteReply, no_feed,
+};
+use crate::clock::Clock;
+use ::redis::Value;
+use async_trait::async_trait;
+use coord_component::keys::is_unwatched;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 #[async_trait]
 impl Backend for RedisBackend {
