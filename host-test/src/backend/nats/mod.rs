@@ -49,8 +49,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, stream};
 use base64::Engine;
 
-use super::*;
-use crate::clock::{Clock, ManualClock};
+use crate::backend::{DEFAULT_RETENTION_MS, StoreError};
+use crate::clock::ManualClock;
 
 mod seen;
 mod snapshot;

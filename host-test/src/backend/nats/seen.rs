@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::*;
+use crate::clock::Clock;
+
+use super::NatsBackend;
 
 /// How many partitions are remembered; past it, the memory starts afresh.
 const SEEN_PARTITIONS: usize = 4096;

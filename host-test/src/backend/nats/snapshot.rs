@@ -8,11 +8,14 @@ use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use bytes::Bytes;
+use coord_component::keys::is_unwatched;
 use coord_component::memory::Partition;
 
+use crate::backend::StoreError;
+use crate::clock::Clock;
+
 use super::seen::{ClockSample, Seen};
-use super::*;
-use coord_component::keys::is_unwatched;
+use super::{NatsBackend, unavailable};
 
 /// A partition as read: the stream sequence of its message, its state and
 /// the latest store time it was decided at.

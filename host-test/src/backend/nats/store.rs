@@ -5,10 +5,16 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use coord_component::keys::is_unwatched;
 use futures_util::StreamExt;
 
-use super::*;
-use coord_component::keys::is_unwatched;
+use crate::backend::{
+    Backend, ChangesReply, Condition, ListReply, MeterReply, MeterRequest, Millis, Outcome,
+    ReadReply, StoreError, WriteReply, no_feed,
+};
+use crate::clock::Clock;
+
+use super::{NatsBackend, unavailable};
 
 impl NatsBackend {
     /// Run a write and wrap its outcome with the now it was decided at.

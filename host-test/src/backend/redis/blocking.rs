@@ -2,19 +2,22 @@
 //! the put's `EVALSHA` behind it in the same write, and the pool of those
 //! connections (on a cluster, to the node that serves the partition).
 
-use super::codec::{Inputs, Op, write_reply};
-use super::link::{Link, Node, SlotTable, info_for, is_redirection, slot_of};
-use super::{RedisBackend, malformed, unavailable};
-use crate::backend::{Condition, Outcome, StoreError, WriteReply};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
 use ::redis::aio::MultiplexedConnection;
 use ::redis::{
     AsyncConnectionConfig, Client, ErrorKind, PushInfo, PushKind, RedisError, ServerErrorKind,
     Value,
 };
 use coord_component::keys::is_unwatched;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+
+use crate::backend::{Condition, Outcome, StoreError, WriteReply};
+
+use super::codec::{Inputs, Op, write_reply};
+use super::link::{Link, Node, SlotTable, info_for, is_redirection, slot_of};
+use super::{RedisBackend, malformed, unavailable};
 
 impl RedisBackend {
     /// `wait-then-put` on a connection of its own: `XREAD BLOCK` on the

@@ -1,12 +1,14 @@
 //! The scripts' arguments and packed replies: what a write sends, and how
 //! an applied write, a listing, a feed page and a meter's answer are read.
 
-use super::malformed;
+use ::redis::{Cmd, Value};
+
 use crate::backend::{
     Change, ChangeKind, ChangesReply, Condition, Entry, ListReply, MeterReply, Outcome, StoreError,
     WriteReply,
 };
-use ::redis::{Cmd, Value};
+
+use super::malformed;
 
 /// A store operation, as the store scripts know it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

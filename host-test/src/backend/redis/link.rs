@@ -8,13 +8,14 @@
 //! and re-reads the topology when it changes; every call stays bounded by
 //! [`RedisConfig::response_timeout`], after which it is `unavailable`.
 
-use super::RedisConfig;
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use ::redis::{Cmd, ErrorKind, ProtocolVersion, RedisError, ServerErrorKind, Value};
 use ::redis::{ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture};
+
+use super::RedisConfig;
 
 /// The connection store calls are sent on (cheap to clone: a handle).
 #[derive(Clone)]

@@ -2,18 +2,21 @@
 //! store script (or `TIME`), `wait-then-put` a blocking `XREAD` with the
 //! put behind it.
 
-use super::codec::{Inputs, Op, Reader, listing, meter_reply, page, ttl_arg};
-use super::{METER_SCRIPT, RedisBackend, malformed, unavailable};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use ::redis::Value;
+use async_trait::async_trait;
+use coord_component::keys::is_unwatched;
+
 use crate::backend::{
     Backend, ChangesReply, Condition, ListReply, MeterAlgorithm, MeterMode, MeterReply,
     MeterRequest, Millis, ReadReply, StoreError, WriteReply, no_feed,
 };
 use crate::clock::Clock;
-use ::redis::Value;
-use async_trait::async_trait;
-use coord_component::keys::is_unwatched;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+
+use super::codec::{Inputs, Op, Reader, listing, meter_reply, page, ttl_arg};
+use super::{METER_SCRIPT, RedisBackend, malformed, unavailable};
 
 #[async_trait]
 impl Backend for RedisBackend {

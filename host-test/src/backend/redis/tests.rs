@@ -1,8 +1,9 @@
 //! Unit tests of the reply codec and the script text.
 #![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
 
-use super::codec::{applied_write, listing, meter_reply, page};
 use crate::backend::{ChangeKind, Entry, Outcome, StoreError, WriteReply};
+
+use super::codec::{applied_write, listing, meter_reply, page};
 
 /// What the script packs for an applied write.
 fn packed(with_value: u8, numbers: [f64; 4], value: &[u8]) -> Vec<u8> {

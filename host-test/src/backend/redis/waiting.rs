@@ -2,15 +2,18 @@
 //! partition's channel, one subscriber connection, and the re-check that
 //! bounds a lost notification.
 
-use super::codec::{Inputs, Op, Reader};
-use super::link::Link;
-use super::{RedisBackend, malformed};
-use crate::backend::StoreError;
-use ::redis::{PushInfo, PushKind, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use ::redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::backend::StoreError;
+
+use super::codec::{Inputs, Op, Reader};
+use super::link::Link;
+use super::{RedisBackend, malformed};
 
 /// Local waiters on one partition's channel.
 pub(super) struct Waiting {
