@@ -80,6 +80,7 @@ mod blocking;
 mod codec;
 mod link;
 mod store;
+mod test_clock;
 #[cfg(test)]
 mod tests;
 mod waiting;

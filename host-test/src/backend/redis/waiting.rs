@@ -45,18 +45,6 @@ pub(super) enum Subscription {
 const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
 
 impl RedisBackend {
-    /// With a test clock, one script call at a time, from reading the clock
-    /// to the reply: the clock is read when a call is built, so calls in
-    /// flight together could reach Redis out of clock order and show the
-    /// store's time going back — which Redis's `TIME`, read inside the
-    /// script, never does. Without a test clock, nothing is held.
-    pub(super) async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match self.config.test_clock {
-            Some(_) => Some(self.test_turn.lock().await),
-            None => None,
-        }
-    }
-
     /// `(now, revision, next expiry)` of a partition, after sweeping it; the
     /// next expiry may be early (a lower bound), never late.
     pub(super) async fn check(
