@@ -7,12 +7,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ::redis::Script;
 use ::redis::aio::MultiplexedConnection;
 
-use crate::ops::{Step, failed};
+use crate::measure::{Step, failed};
 
 /// Which reference a task runs.
 #[derive(Clone, Copy, Debug)]
 pub enum Reference {
-    /// Seed 000's bare lock: `SET key owner NX PX ttl`, then a
+    /// k2b's bare lock: `SET key owner NX PX ttl`, then a
     /// compare-and-delete script. No fence, no recorded expiry.
     BareLockPair,
     /// `plain-window.lua`: the two-counter sliding window on the caller's

@@ -10,8 +10,8 @@ use coord_host::Runtime;
 use coord_host::backend::redis::RedisBackend;
 
 use crate::Effort;
-use crate::measure::fmt_us;
-use crate::ops::{Op, PingStep, component_rate, failed, run_tasks};
+use crate::measure::{failed, fmt_us};
+use crate::ops::{Op, PingStep, component_rate, run_tasks};
 
 /// How many tasks run at once, each with its own instance and key.
 const TASKS: usize = 64;

@@ -49,3 +49,14 @@ impl Stats {
 pub fn fmt_us(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e6)
 }
+
+/// One timed operation of a concurrent task.
+pub trait Step {
+    /// Do it once.
+    fn step(&mut self) -> impl std::future::Future<Output = wasmtime::Result<()>> + Send;
+}
+
+/// A benchmark operation that did not do what it should: the run stops.
+pub fn failed(what: &str) -> wasmtime::Error {
+    wasmtime::format_err!("benchmark operation failed: {what}")
+}

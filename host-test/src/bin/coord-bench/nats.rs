@@ -15,10 +15,8 @@ use coord_host::{Instance, Runtime};
 use futures_util::StreamExt;
 
 use crate::Effort;
-use crate::measure::{Stats, fmt_us};
-use crate::ops::{
-    LOCK_ID, Op, PingStep, Step, component_op, component_rate, failed, no_wait, run_tasks, space,
-};
+use crate::measure::{Stats, Step, failed, fmt_us};
+use crate::ops::{LOCK_ID, Op, PingStep, component_op, component_rate, no_wait, run_tasks, space};
 
 /// A request answered by a subscriber on the same connection.
 struct RequestStep(async_nats::Client, String);

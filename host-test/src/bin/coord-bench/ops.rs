@@ -22,7 +22,7 @@ use coord_host::{Instance, Runtime};
 
 use crate::Effort;
 use crate::at_scale::{Reference, ReferenceStep};
-use crate::measure::{Stats, fmt_us};
+use crate::measure::{Stats, Step, failed, fmt_us};
 
 /// The operations of the per-operation table.
 #[derive(Clone, Copy, Debug)]
@@ -76,10 +76,6 @@ fn meter_request() -> MeterRequest {
 
 pub(crate) fn no_wait() -> AcquireOptions {
     AcquireOptions::new().ttl_ms(30_000).no_wait()
-}
-
-pub fn failed(what: &str) -> wasmtime::Error {
-    wasmtime::format_err!("benchmark operation failed: {what}")
 }
 
 /// One operation through the component, on resource/key `n`.
@@ -686,12 +682,6 @@ impl Rounds {
         let rate = self.rate();
         (self.samples, rate)
     }
-}
-
-/// One timed operation of a concurrent task.
-pub trait Step {
-    /// Do it once.
-    fn step(&mut self) -> impl std::future::Future<Output = wasmtime::Result<()>> + Send;
 }
 
 /// An operation through a component instance of its own.

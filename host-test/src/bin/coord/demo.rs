@@ -9,23 +9,10 @@ use coord_host::backend::Backend;
 use coord_host::lock::*;
 use coord_host::{Instance, Runtime};
 
+use crate::demo_log::Log;
 use crate::inventory::Inventory;
 
 const LOCK_ID: &str = "inventory.stock";
-
-/// Prints a line prefixed by the time since the demo began.
-pub struct Log {
-    start: Instant,
-    pid: u32,
-}
-
-impl Log {
-    /// Print `what`, said by `who`.
-    pub fn say(&self, who: &str, what: impl std::fmt::Display) {
-        let ms = self.start.elapsed().as_secs_f64() * 1000.0;
-        println!("{ms:>6.0} ms  {:<18} {what}", format!("{who}@{}", self.pid));
-    }
-}
 
 fn failed(e: Error) -> wasmtime::Error {
     wasmtime::format_err!("lock call failed: {e:?}")
@@ -39,10 +26,7 @@ pub async fn run(
 ) -> wasmtime::Result<()> {
     let runtime = Arc::new(Runtime::new(backend)?);
     let inventory = Arc::new(inventory);
-    let log = Arc::new(Log {
-        start: Instant::now(),
-        pid: std::process::id(),
-    });
+    let log = Arc::new(Log::new());
     println!(
         "coord demo: a {}-byte component on {place}\n",
         coord_host::COMPONENT.len()

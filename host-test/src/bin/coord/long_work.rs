@@ -8,7 +8,7 @@ use coord_host::lease_manager::{GuardError, LeaseManager};
 use coord_host::lock::AcquireOptions;
 use coord_host::with_lock::{Ran, WithLock};
 
-use crate::demo::Log;
+use crate::demo_log::Log;
 use crate::inventory::Inventory;
 
 /// Scene 4: a job five times its TTL, kept alive by `with_lock`'s refresher.

@@ -6,6 +6,7 @@
 //! `coord demo` shows component instances contending for locks in one process.
 
 mod demo;
+mod demo_log;
 mod inventory;
 mod long_work;
 mod operate;
