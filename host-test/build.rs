@@ -33,6 +33,9 @@ fn main() -> anyhow::Result<()> {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
+    // The example functions are served by `coord serve` (the `serve`
+    // feature); a memory-only embedder builds the component alone.
+    let serve = std::env::var_os("CARGO_FEATURE_SERVE").is_some();
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
@@ -49,7 +52,11 @@ fn main() -> anyhow::Result<()> {
             "-p",
             "coord-component",
         ])
-        .args(["-p", "coord-inventory-fn", "-p", "coord-hello-fn"])
+        .args(if serve {
+            &["-p", "coord-inventory-fn", "-p", "coord-hello-fn"][..]
+        } else {
+            &[]
+        })
         .args(["--target", GUEST_TARGET, "--target-dir"])
         .arg(&guest_target)
         // The outer build's wrappers (clippy, coverage) and flags are for the host, not the guest.
@@ -66,11 +73,14 @@ fn main() -> anyhow::Result<()> {
 
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let release = guest_target.join(GUEST_TARGET).join("guest");
-    for (module, component) in [
-        ("coord_component.wasm", "coord.wasm"),
+    let functions = [
         ("coord_inventory_fn.wasm", "inventory-fn.wasm"),
         ("coord_hello_fn.wasm", "hello-fn.wasm"),
-    ] {
+    ];
+    let built = [("coord_component.wasm", "coord.wasm")]
+        .into_iter()
+        .chain(functions.into_iter().filter(|_| serve));
+    for (module, component) in built {
         let encoded = encode(&release.join(module))?;
         std::fs::write(out_dir.join(component), &encoded)?;
         std::fs::write(target_dir.join(component), &encoded)?;

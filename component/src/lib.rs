@@ -1,7 +1,7 @@
 //! coord's coordination logic, compiled two ways.
 //!
 //! For `wasm32-unknown-unknown` this crate is the coord WebAssembly component:
-//! [`wasm`] binds the logic to the exports of the WIT world `coordinator`
+//! `wasm` (compiled for wasm32 only) binds the logic to the exports of the WIT world `coordinator`
 //! (`wit/`), and every store request goes to the host through the imported
 //! `coord:sync/store` interface. Natively it is a plain Rust library whose
 //! logic runs over any [`store::Store`], which is how the unit tests drive it

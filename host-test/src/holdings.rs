@@ -300,7 +300,7 @@ const MAX_TAKE_BACK_WAIT: Duration = Duration::from_secs(1);
 /// `WAIT` held the shared connection for half a second, the take-back read
 /// timed out behind them, the acquires landed later, and two locks stayed
 /// held by nobody for their TTL). Looks for the lock's TTL, at most
-/// [`TAKE_BACK_WINDOW`].
+/// `TAKE_BACK_WINDOW`.
 pub fn take_back_in_background(
     backend: Arc<dyn Backend>,
     partition: &str,

@@ -31,6 +31,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The Redis and NATS stores, the edge runtime and the command line are
+//! the features `redis`, `nats`, `serve` and `cli` (all default); without
+//! them this crate is the embedder library and the in-memory store alone.
+//!
 //! An embedder with a wasmtime `Linker` and a state of its own links
 //! coord's imports with [`add_to_linker`] and calls the exports through
 //! [`bindings::Coordinator`] (`examples/embed` is such a host).
@@ -38,10 +42,12 @@
 pub mod backend;
 pub mod bindings;
 pub mod clock;
+#[cfg(feature = "serve")]
 pub mod compose;
 pub mod holdings;
 mod host;
 pub mod lease_manager;
+#[cfg(feature = "serve")]
 pub mod serve;
 pub mod with_lock;
 

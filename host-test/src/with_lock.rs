@@ -46,7 +46,7 @@
 //! store's clock) is used instead, placed on the host's clock by the
 //! acquire's store replies: a reply's time `now` was read after its call was
 //! sent, so store time `t` came no earlier than `sent + (t - now)` on the
-//! host ([`StoreClock`]). Only differences of one clock's readings are
+//! host (`StoreClock`). Only differences of one clock's readings are
 //! used, so an offset between the host's clock and the store's changes
 //! nothing; the presumption is never later than the real expiry, and early
 //! by at most the time from sending one of the acquire's calls to the store
@@ -426,7 +426,7 @@ impl StoreClock {
 }
 
 /// A backend that passes every call on and keeps the tightest
-/// [`StoreClock`] its replies gave: the acquire's instance in a run, whose
+/// `StoreClock` its replies gave: the acquire's instance in a run, whose
 /// calls all go to the lock's partition, so to one clock.
 struct ClockWatch {
     inner: Arc<dyn Backend>,

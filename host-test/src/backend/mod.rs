@@ -10,8 +10,10 @@
 
 pub mod faulty;
 pub mod memory;
+#[cfg(feature = "nats")]
 pub mod nats;
 pub mod recording;
+#[cfg(feature = "redis")]
 pub mod redis;
 
 use async_trait::async_trait;

@@ -225,7 +225,7 @@ impl ServeMetrics {
     }
 
     /// The route class of `path`: its first segment, while fewer than
-    /// [`MAX_ROUTE_CLASSES`] have been seen, else `other`.
+    /// `MAX_ROUTE_CLASSES` have been seen, else `other`.
     pub fn route_class(&self, path: &str) -> String {
         let first = path.split('/').find(|s| !s.is_empty()).unwrap_or("");
         let plain = !first.is_empty()

@@ -492,7 +492,7 @@ fn stream_missing(error: &StoreError) -> bool {
 /// The bytes of change feed a NATS partition always may carry
 /// ([`Partition::feed_bytes`]): 16 KiB, or as much as its live entries
 /// take ([`Partition::live_bytes`]) if that is more, beside at most
-/// [`NatsConfig::history`] changes. A watcher further behind than that is
+/// [`NatsConfig::history`](super::NatsConfig::history) changes. A watcher further behind than that is
 /// told `history-gone` and resynchronises from a snapshot.
 pub const FEED_BYTES: usize = 16 * 1024;
 

@@ -16,8 +16,8 @@ use coord_host::backend::{Backend, Condition, Outcome};
 /// Every item starts with this much stock.
 const INITIAL_STOCK: i64 = 100;
 
-/// Check the fence, then apply the delta, atomically. KEYS[1] is the item's
-/// hash; ARGV[1] the delta, ARGV[2] the fence, ARGV[3] the initial stock.
+/// Check the fence, then apply the delta, atomically. `KEYS[1]` is the item's
+/// hash; `ARGV[1]` the delta, `ARGV[2]` the fence, `ARGV[3]` the initial stock.
 const ADJUST: &str = r"
 local highest = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
 if tonumber(ARGV[2]) < highest then
