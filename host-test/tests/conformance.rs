@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::applied;
+
 use common::{Harness, T0, settle};
 use coord_host::backend::*;
 
@@ -39,13 +41,6 @@ per_backend!(
     a_wait_then_put_on_an_unwatched_partition_puts_once_the_holder_goes,
     unwatched_keys_and_values_of_any_bytes_and_sizes_round_trip_and_never_meet,
 );
-
-fn applied(reply: WriteReply) -> Entry {
-    match reply.outcome {
-        Outcome::Applied(entry) => entry,
-        Outcome::Conflict(current) => panic!("expected applied, got conflict {current:?}"),
-    }
-}
 
 fn conflict(reply: WriteReply) -> Option<Entry> {
     match reply.outcome {

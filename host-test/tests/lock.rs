@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::no_wait;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -35,10 +37,6 @@ async fn instance(runtime: &Runtime) -> Instance {
 
 fn runtime(h: &Harness) -> Runtime {
     Runtime::new(h.backend.clone()).expect("load the component")
-}
-
-fn no_wait(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions::new().ttl_ms(ttl_ms).no_wait()
 }
 
 fn acquired(outcome: AcquireOutcome) -> HeldLock {

@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::no_wait;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,10 +22,6 @@ const ID: &str = "inventory.stock";
 
 async fn instance(backend: Arc<RedisBackend>) -> Instance {
     Runtime::new(backend).unwrap().instantiate().await.unwrap()
-}
-
-fn no_wait(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions::new().ttl_ms(ttl_ms).no_wait()
 }
 
 /// Outside testers started four processes at once; waiters gave up after

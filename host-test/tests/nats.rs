@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::applied;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +22,6 @@ use coord_host::backend::*;
 async fn on_server_clock() -> (NatsBackend, NatsConfig) {
     let config = nats_config(&nats_url(), 64, None);
     (NatsBackend::connect(config.clone()).await.unwrap(), config)
-}
-
-fn applied(reply: WriteReply) -> Entry {
-    match reply.outcome {
-        Outcome::Applied(entry) => entry,
-        Outcome::Conflict(current) => panic!("expected applied, got conflict {current:?}"),
-    }
 }
 
 #[tokio::test]

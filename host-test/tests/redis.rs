@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::no_wait;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,10 +67,6 @@ async fn put(backend: &RedisBackend, key: &str, value: &[u8], ttl_ms: Option<u64
         Outcome::Applied(e) => e,
         other => panic!("an unconditional put was refused: {other:?}"),
     }
-}
-
-fn no_wait(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions::new().ttl_ms(ttl_ms).no_wait()
 }
 
 async fn acquire(i: &mut Instance, options: AcquireOptions) -> Result<AcquireOutcome, Error> {

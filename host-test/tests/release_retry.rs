@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::no_wait;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,10 +28,6 @@ per_backend!(
 
 async fn instance(backend: Arc<dyn coord_host::backend::Backend>) -> Instance {
     Runtime::new(backend).unwrap().instantiate().await.unwrap()
-}
-
-fn no_wait(ttl_ms: u64) -> AcquireOptions {
-    AcquireOptions::new().ttl_ms(ttl_ms).no_wait()
 }
 
 fn resource() -> String {

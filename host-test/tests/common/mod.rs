@@ -308,3 +308,20 @@ macro_rules! per_backend {
         }
     };
 }
+
+/// No-wait acquire options with a TTL of `ttl_ms`.
+pub fn no_wait(ttl_ms: u64) -> coord_host::lock::AcquireOptions {
+    coord_host::lock::AcquireOptions::new()
+        .ttl_ms(ttl_ms)
+        .no_wait()
+}
+
+/// The entry a write applied; a conflict fails the test.
+pub fn applied(reply: coord_host::backend::WriteReply) -> coord_host::backend::Entry {
+    match reply.outcome {
+        coord_host::backend::Outcome::Applied(entry) => entry,
+        coord_host::backend::Outcome::Conflict(current) => {
+            panic!("expected applied, got conflict {current:?}")
+        }
+    }
+}
