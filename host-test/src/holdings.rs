@@ -225,6 +225,9 @@ const MAX_RETRY_WAIT: Duration = Duration::from_secs(2);
 const GIVE_UP_AFTER: Duration = Duration::from_secs(2 * 86_400);
 
 static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// The partitions of the pending background releases (one entry each), so
+/// a caller can tell when its own has ended whatever others are pending.
+static PENDING_PARTITIONS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 static TAKE_BACKS: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether `partition` and `condition` make a delete that can only ever
@@ -257,6 +260,9 @@ pub fn finish_in_background(
         return;
     }
     let (partition, key) = (partition.to_string(), key.to_string());
+    if let Ok(mut pending) = PENDING_PARTITIONS.lock() {
+        pending.push(partition.clone());
+    }
     runtime.spawn(async move {
         let started = tokio::time::Instant::now();
         let mut wait = FIRST_RETRY_WAIT;
@@ -277,6 +283,11 @@ pub fn finish_in_background(
                 }
                 Err(_) => break,
             }
+        }
+        if let Ok(mut pending) = PENDING_PARTITIONS.lock()
+            && let Some(at) = pending.iter().position(|p| *p == partition)
+        {
+            pending.swap_remove(at);
         }
         PENDING.fetch_sub(1, Ordering::Relaxed);
     });
@@ -350,6 +361,15 @@ pub fn take_back_in_background(
 /// How many background releases are pending now.
 pub fn background_releases() -> usize {
     PENDING.load(Ordering::Relaxed)
+}
+
+/// Whether a background release of a holding in `partition` is pending
+/// now: other callers' releases, to other stores, do not count.
+pub fn background_release_pending(partition: &str) -> bool {
+    PENDING_PARTITIONS
+        .lock()
+        .map(|pending| pending.iter().any(|p| p == partition))
+        .unwrap_or(false)
 }
 
 /// How many background take-backs of failed acquires are looking now (at

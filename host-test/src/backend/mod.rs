@@ -6,7 +6,7 @@
 //! It speaks the component crate's store types, so a backend can be driven
 //! directly (natively, with no wasm in between) by tests and benchmarks.
 //! The guarantees every method must keep are in `wit/store.wit`; the
-//! conformance suite in `tests/conformance.rs` checks them for each backend.
+//! conformance suite in `tests/all/conformance/` checks them for each backend.
 
 pub mod faulty;
 pub mod memory;
