@@ -65,7 +65,10 @@ async fn contention_on_a_replicated_stream_is_decided_again_never_unavailable() 
                 if let Err(e) = instance.check(&limiter, "hot", Some(1)).await.unwrap() {
                     failed.push(format!("{e:?}"));
                 }
-                let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(10_000);
+                // A minute: waiting is not fair, and on a loaded machine a
+                // waiter can lose every race for seconds (see the step-down
+                // test below); busy would mean a lock held for ever.
+                let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(60_000);
                 match instance
                     .acquire("stock", "item:hot", options)
                     .await
@@ -150,7 +153,12 @@ async fn a_leader_stepping_down_mid_contention_costs_a_wait_not_a_failure() {
             let mut instance: Instance = runtime.instantiate().await.unwrap();
             let mut failed = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(10_000);
+                // Waiting is not fair: a waiter can lose the race at every
+                // release while a step-down slows each one, and a write left
+                // in doubt holds its lock for the TTL. A 10 s wait was once
+                // answered busy that way under a loaded machine; a minute is
+                // past any such run, so busy would mean a lock held for ever.
+                let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(60_000);
                 let resource = format!("item:{}", t % 2);
                 match instance.acquire("stock", &resource, options).await.unwrap() {
                     Ok(AcquireOutcome::Acquired(lock)) => {

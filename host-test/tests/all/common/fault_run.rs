@@ -50,8 +50,12 @@ struct Grant {
     fence: u64,
     sent: Instant,
     received: Instant,
-    /// When its release was sent (`None`: never, it ran out).
-    released: Option<Instant>,
+    /// When its release was sent: the holder's critical section ended
+    /// then, whatever the release's answer.
+    release_sent: Instant,
+    /// The release's error, if it failed (the lock then stayed held until
+    /// its TTL, or until the host finished the release in the background).
+    release_failed: Option<String>,
 }
 
 /// Everything the workers saw.
@@ -101,6 +105,9 @@ pub struct Verdict {
     pub wrong_errors: Vec<String>,
     /// Grants made while an earlier one was certainly held.
     pub double_grants: usize,
+    /// The first few double grants, each with its times and the fault it
+    /// fell in, to tell a store's fault from coord's.
+    pub double_grant_examples: Vec<String>,
     /// Fences two grants of one lock shared.
     pub shared_fences: usize,
     /// Grants whose fence was below that of a grant received before they were sent.
@@ -307,15 +314,13 @@ impl Worker {
                 Ok(Err(e)) => Err(format!("{e:?}")),
                 Err(trap) => panic!("release trapped: {trap:?}"),
             };
-            // A release that failed may not have freed the lock: the grant
-            // then holds until its TTL.
-            let released = result.is_ok().then_some(release_sent);
             self.history.lock().unwrap().grants.push(Grant {
                 resource: resource.clone(),
                 fence: held.fence,
                 sent,
                 received,
-                released,
+                release_sent,
+                release_failed: result.as_ref().err().cloned(),
             });
             match result {
                 Ok(()) => self.outcome(release_sent, Ok(())),
@@ -392,6 +397,45 @@ fn counters(snapshot: &coord_host::ephemeral::TenantSnapshot) -> HashMap<String,
 }
 
 /// The checks of the module's head, over `history` and the final values.
+/// A double grant for the report: both grants' times in ms from the first
+/// fault's start, and the fault the second one was received in.
+fn describe_double_grant(a: &Grant, b: &Grant, faults: &[Fault]) -> String {
+    let Some(origin) = faults.first().map(|f| f.started) else {
+        return format!("{a:?} then {b:?}");
+    };
+    let ms = |t: Instant| {
+        if t >= origin {
+            t.duration_since(origin).as_millis() as i128
+        } else {
+            -(origin.duration_since(t).as_millis() as i128)
+        }
+    };
+    let during = faults
+        .iter()
+        .rev()
+        .find(|f| f.started <= b.received)
+        .map_or("before the faults".to_string(), |f| {
+            format!(
+                "{} (started {} ms, healed {} ms)",
+                f.name,
+                ms(f.started),
+                ms(f.healed)
+            )
+        });
+    format!(
+        "{}: fence {} sent {} received {} release sent {} (failed: {:?}); fence {} sent {} received {}; during {during}",
+        a.resource,
+        a.fence,
+        ms(a.sent),
+        ms(a.received),
+        ms(a.release_sent),
+        a.release_failed,
+        b.fence,
+        ms(b.sent),
+        ms(b.received),
+    )
+}
+
 fn check(history: &History, last: &HashMap<String, u64>, faults: &[Fault]) -> Verdict {
     let mut verdict = Verdict {
         grants: history.grants.len(),
@@ -408,9 +452,11 @@ fn check(history: &History, last: &HashMap<String, u64>, faults: &[Fault]) -> Ve
     };
     let ttl = Duration::from_millis(TTL_MS);
     for a in &history.grants {
-        // Held for certain until its release was sent and its TTL, counted
-        // from its request's send, ran out.
-        let held_until = a.released.map_or(a.sent + ttl, |r| r.min(a.sent + ttl));
+        // In its critical section until its release was sent (whether the
+        // release then succeeded, failed, or was finished by the host in
+        // the background: the holder had stopped), and at most until its
+        // TTL, counted from its request's send, ran out.
+        let held_until = a.release_sent.min(a.sent + ttl);
         for b in &history.grants {
             if a.resource != b.resource || std::ptr::eq(a, b) {
                 continue;
@@ -419,6 +465,11 @@ fn check(history: &History, last: &HashMap<String, u64>, faults: &[Fault]) -> Ve
                 verdict.shared_fences += 1;
             } else if a.fence < b.fence && b.received < held_until {
                 verdict.double_grants += 1;
+                if verdict.double_grant_examples.len() < 5 {
+                    verdict
+                        .double_grant_examples
+                        .push(describe_double_grant(a, b, faults));
+                }
             }
             if a.received < b.sent && a.fence > b.fence {
                 verdict.fences_back += 1;
