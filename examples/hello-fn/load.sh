@@ -11,21 +11,29 @@
 # (apt-get install wrk) and `wasmtime` 48.0.8 on PATH (cargo install --locked
 # wasmtime-cli@48.0.8, about 20 minutes here), or WASMTIME naming it.
 # COORD_BIN runs an already built `coord` instead of building this checkout's.
+# AGAINST=quiet-log sets coord beside itself with its request log off
+# (COORD_LOG=warn) instead of beside wasmtime: what the log line costs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds="${1:-10}"
 connections="${2:-32}"
 rounds="${3:-2}"
 wasmtime="${WASMTIME:-wasmtime}"
+against="${AGAINST:-wasmtime}"
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)" >&2; exit 1; }
-command -v "$wasmtime" >/dev/null || {
-  echo "wasmtime is not installed (cargo install --locked wasmtime-cli@48.0.8)" >&2
-  exit 1
-}
-wanted=$(sed -n 's/^wasmtime = { version = "=\([0-9.]*\)".*/\1/p' host-test/Cargo.toml)
-have=$("$wasmtime" --version | awk '{print $2}')
-if [ "$have" != "$wanted" ]; then
-  echo "wasmtime $have is not the version coord links ($wanted)" >&2
+if [ "$against" = wasmtime ]; then
+  command -v "$wasmtime" >/dev/null || {
+    echo "wasmtime is not installed (cargo install --locked wasmtime-cli@48.0.8)" >&2
+    exit 1
+  }
+  wanted=$(sed -n 's/^wasmtime = { version = "=\([0-9.]*\)".*/\1/p' host-test/Cargo.toml)
+  have=$("$wasmtime" --version | awk '{print $2}')
+  if [ "$have" != "$wanted" ]; then
+    echo "wasmtime $have is not the version coord links ($wanted)" >&2
+    exit 1
+  fi
+elif [ "$against" != quiet-log ]; then
+  echo "AGAINST must be wasmtime or quiet-log, not $against" >&2
   exit 1
 fi
 
@@ -60,6 +68,7 @@ start() {
   port=$(free_port 18080)
   case $runtime in
     coord) "$coord" serve "$function" --listen "127.0.0.1:$port" >/dev/null 2>&1 & ;;
+    quiet-log) COORD_LOG=warn "$coord" serve "$function" --listen "127.0.0.1:$port" >/dev/null 2>&1 & ;;
     wasmtime) "$wasmtime" serve -Scli -O pooling-allocator=y --addr "127.0.0.1:$port" "$function" >/dev/null 2>&1 & ;;
   esac
   pid=$!
@@ -88,16 +97,20 @@ measure() {
   echo "$rps $p50 $p99"
 }
 
-echo "| round | runtime | requests/s | p50 | p99 | coord ÷ wasmtime |"
+case $against in
+  wasmtime) other_name="wasmtime serve" ;;
+  quiet-log) other_name="coord serve, COORD_LOG=warn" ;;
+esac
+echo "| round | runtime | requests/s | p50 | p99 | coord ÷ $other_name |"
 echo "|---|---|---|---|---|---|"
 for round in $(seq "$rounds"); do
   start coord
   read -r coord_rps coord_p50 coord_p99 < <(measure)
   stop
-  start wasmtime
-  read -r wt_rps wt_p50 wt_p99 < <(measure)
+  start "$against"
+  read -r other_rps other_p50 other_p99 < <(measure)
   stop
-  ratio=$(awk -v a="$coord_rps" -v b="$wt_rps" 'BEGIN {printf "%.2f", a / b}')
+  ratio=$(awk -v a="$coord_rps" -v b="$other_rps" 'BEGIN {printf "%.2f", a / b}')
   echo "| $round | coord serve | $coord_rps | $coord_p50 | $coord_p99 | $ratio |"
-  echo "| $round | wasmtime serve | $wt_rps | $wt_p50 | $wt_p99 | |"
+  echo "| $round | $other_name | $other_rps | $other_p50 | $other_p99 | |"
 done
