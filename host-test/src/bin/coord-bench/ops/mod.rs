@@ -1,0 +1,175 @@
+//! The measured operations, through the component and natively: the
+//! operations themselves here, then a module per table of BENCHMARKS.md,
+//! each measuring the component, the native path and the references in the
+//! same loop (the loop helpers in `tasks`).
+
+use coord_component::keys;
+use coord_host::Instance;
+use coord_host::backend::{Backend, Condition, MeterAlgorithm, MeterMode, MeterRequest};
+use coord_host::ephemeral::Space;
+use coord_host::lock::{AcquireOptions, AcquireOutcome};
+use coord_host::ratelimit::Limiter;
+
+use crate::measure::failed;
+
+/// The operations of the per-operation table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Op {
+    AcquireRelease,
+    Acquire,
+    Extend,
+    Check,
+    Upsert,
+    Touch,
+    Snapshot100,
+}
+
+const OPS: [Op; 7] = [
+    Op::AcquireRelease,
+    Op::Acquire,
+    Op::Extend,
+    Op::Check,
+    Op::Upsert,
+    Op::Touch,
+    Op::Snapshot100,
+];
+pub(crate) const LOCK_ID: &str = "bench.lock";
+
+pub(crate) fn space() -> Space {
+    Space {
+        id: "bench.presence".into(),
+        ttl_ms: 60_000,
+        max_value_bytes: 256,
+    }
+}
+
+fn limiter() -> Limiter {
+    Limiter {
+        id: "bench.limit".into(),
+        limit: 10_000_000,
+        window_ms: 60_000,
+        algorithm: None,
+    }
+}
+
+fn meter_request() -> MeterRequest {
+    MeterRequest {
+        algorithm: MeterAlgorithm::SlidingWindow,
+        limit: 10_000_000,
+        window_ms: 60_000,
+        cost: 1,
+        mode: MeterMode::Consume,
+    }
+}
+
+pub(crate) fn no_wait() -> AcquireOptions {
+    AcquireOptions::new().ttl_ms(30_000).no_wait()
+}
+
+/// One operation through the component, on resource/key `n`.
+pub(crate) async fn component_op(op: Op, i: &mut Instance, n: &str) -> wasmtime::Result<()> {
+    match op {
+        Op::AcquireRelease => {
+            let AcquireOutcome::Acquired(lock) = i
+                .acquire(LOCK_ID, n, no_wait())
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?
+            else {
+                return Err(failed("busy"));
+            };
+            i.release(&lock)
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?;
+        }
+        Op::Extend | Op::Acquire => return Err(failed("measured by a function of its own")),
+        Op::Check => {
+            i.check(&limiter(), n, None)
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?;
+        }
+        Op::Upsert => {
+            i.upsert(&space(), "bench", n, b"{\"user\":\"ada\"}")
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?;
+        }
+        Op::Touch => {
+            i.touch(&space(), "bench", n)
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?;
+        }
+        Op::Snapshot100 => {
+            let s = i
+                .snapshot(&space(), "bench-100", None)
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?;
+            if s.entries.len() != 100 {
+                return Err(failed("snapshot size"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The same operation on the same backend, straight from Rust.
+async fn native_op(op: Op, b: &dyn Backend, n: &str) -> wasmtime::Result<()> {
+    let err = |e| failed(&format!("{e:?}"));
+    match op {
+        Op::AcquireRelease => {
+            let partition = keys::lock_partition(LOCK_ID, n);
+            let guard = native_acquire(b, &partition).await?;
+            b.delete(&partition, keys::LOCK_HOLDER_KEY, &guard)
+                .await
+                .map_err(err)?;
+        }
+        Op::Extend | Op::Acquire => return Err(failed("measured by a function of its own")),
+        Op::Check => {
+            b.meter(
+                &keys::ratelimit_partition("bench.limit", n),
+                "meter",
+                &meter_request(),
+            )
+            .await
+            .map_err(err)?;
+        }
+        Op::Upsert => {
+            let partition = keys::ephemeral_partition("bench.presence", "bench");
+            b.put(
+                &partition,
+                n,
+                b"{\"user\":\"ada\"}",
+                Some(60_000),
+                &Condition::Always,
+            )
+            .await
+            .map_err(err)?;
+        }
+        Op::Touch => {
+            let partition = keys::ephemeral_partition("bench.presence", "bench");
+            b.touch(&partition, n, 60_000, &Condition::Always)
+                .await
+                .map_err(err)?;
+        }
+        Op::Snapshot100 => {
+            let partition = keys::ephemeral_partition("bench.presence", "bench-100");
+            let l = b.list(&partition, "").await.map_err(err)?;
+            if l.entries.len() != 100 {
+                return Err(failed("snapshot size"));
+            }
+        }
+    }
+    Ok(())
+}
+
+mod concurrency;
+mod handoff;
+mod per_operation;
+mod profile;
+mod tasks;
+
+pub use concurrency::{after_idle, concurrency};
+use concurrency::{idle_pause, native_extend};
+pub use handoff::handoff;
+use per_operation::native_acquire;
+pub use per_operation::per_operation;
+pub use profile::{one_request, profile_acquire, profile_concurrent};
+pub(crate) use tasks::{ComponentStep, NativeStep, PingStep, Rounds, component_rate, run_tasks};
