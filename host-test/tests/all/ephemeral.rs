@@ -38,12 +38,6 @@ fn space() -> Space {
     }
 }
 
-async fn instance(h: &Harness) -> (Arc<Runtime>, Instance) {
-    let runtime = Arc::new(Runtime::new(h.backend.clone()).unwrap());
-    let instance = runtime.instantiate().await.unwrap();
-    (runtime, instance)
-}
-
 async fn upsert(i: &mut Instance, tenant: &str, key: &str, value: &str) -> Written {
     i.upsert(&space(), tenant, key, value.as_bytes())
         .await
@@ -86,7 +80,7 @@ fn revision(event: &Event) -> u64 {
 }
 
 async fn upsert_touch_and_delete_cost_one_store_call_each(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     let written = upsert(&mut i, "item:1", "session-a", r#"{"user":"ada"}"#).await;
     assert_eq!(i.store_calls(), 1, "upsert");
     assert_eq!(written.updated_at, T0);
@@ -128,7 +122,7 @@ async fn values_are_limited_by_the_space_and_bad_arguments_are_named(h: Harness)
             other => panic!("expected invalid-argument, got {other:?}"),
         }
     }
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     let at_limit = vec![b'x'; 64];
     assert!(
         i.upsert(&space(), "t", "k", &at_limit)
@@ -178,7 +172,7 @@ async fn values_are_limited_by_the_space_and_bad_arguments_are_named(h: Harness)
 }
 
 async fn a_snapshot_filters_by_prefix_and_carries_the_revision(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     upsert(&mut i, "t", "user/2", "b").await;
     upsert(&mut i, "t", "user/1", "a").await;
     let last = upsert(&mut i, "t", "team/1", "c").await;
@@ -198,7 +192,7 @@ async fn a_snapshot_filters_by_prefix_and_carries_the_revision(h: Harness) {
 }
 
 async fn entries_expire_unless_touched(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     upsert(&mut i, "t", "kept", "1").await;
     upsert(&mut i, "t", "lapsed", "1").await;
     h.advance(900);
@@ -210,7 +204,7 @@ async fn entries_expire_unless_touched(h: Harness) {
 }
 
 async fn a_watch_replays_current_entries_then_follows_changes_and_expiry(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     upsert(&mut i, "t", "b", "1").await;
     upsert(&mut i, "t", "a", "1").await;
     let w = i.watch(&space(), "t", None, None).await.unwrap().unwrap();
@@ -250,7 +244,7 @@ async fn a_watch_replays_current_entries_then_follows_changes_and_expiry(h: Harn
 }
 
 async fn a_watch_after_a_snapshot_continues_it_exactly(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     upsert(&mut i, "t", "a", "1").await;
     let snapshot = i.snapshot(&space(), "t", None).await.unwrap().unwrap();
     upsert(&mut i, "t", "b", "1").await;
@@ -268,7 +262,7 @@ async fn a_watch_after_a_snapshot_continues_it_exactly(h: Harness) {
 }
 
 async fn next_blocks_in_the_stores_wait_and_is_woken_by_a_write(h: Harness) {
-    let (runtime, mut writer) = instance(&h).await;
+    let (runtime, mut writer) = h.runtime_and_instance().await;
     let mut reader = runtime.instantiate().await.unwrap();
     let w = reader
         .watch(&space(), "t", None, None)
@@ -290,7 +284,7 @@ async fn next_blocks_in_the_stores_wait_and_is_woken_by_a_write(h: Harness) {
 }
 
 async fn lost_history_is_resync_required_and_closes_the_watcher(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     let w = i.watch(&space(), "t", None, None).await.unwrap().unwrap();
     for n in 0..=HISTORY {
         upsert(&mut i, "t", &format!("k{}", n % 4), "v").await;
@@ -312,7 +306,7 @@ async fn lost_history_is_resync_required_and_closes_the_watcher(h: Harness) {
 }
 
 async fn tenants_never_see_each_others_entries(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     // Pairs that a naive "tenant/key" encoding would confuse.
     let pairs = [
         ("a/b", "c"),
@@ -365,7 +359,7 @@ async fn tenants_never_see_each_others_entries(h: Harness) {
 async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writers(h: Harness) {
     const WRITERS: u64 = 4;
     const OPS: u64 = 20;
-    let (runtime, mut main) = instance(&h).await;
+    let (runtime, mut main) = h.runtime_and_instance().await;
     let start = main
         .snapshot(&space(), "doc", None)
         .await

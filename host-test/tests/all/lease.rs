@@ -24,20 +24,12 @@ per_backend!(
     a_resign_inside_a_grace_ends_that_epoch_for_its_node,
 );
 
-async fn instance(h: &Harness) -> Instance {
-    Runtime::new(h.backend.clone())
-        .unwrap()
-        .instantiate()
-        .await
-        .unwrap()
-}
-
 async fn acquire(i: &mut Instance, node: &str) -> Result<HeldLease, Error> {
     i.lease_acquire("store-7", node, TTL).await.unwrap()
 }
 
 async fn acquire_renew_and_check_cost_one_store_request_each(h: Harness) {
-    let mut i = instance(&h).await;
+    let mut i = h.instance().await;
     let calls = i.store_calls();
     let lease = acquire(&mut i, "a").await.unwrap();
     assert_eq!(i.store_calls(), calls + 1, "acquire of a free lease");
@@ -51,7 +43,7 @@ async fn acquire_renew_and_check_cost_one_store_request_each(h: Harness) {
 }
 
 async fn a_crashed_holder_is_taken_over_after_its_lease_and_writes_wait_the_grace(h: Harness) {
-    let (mut a, mut b) = (instance(&h).await, instance(&h).await);
+    let (mut a, mut b) = (h.instance().await, h.instance().await);
     let held = acquire(&mut a, "a").await.unwrap();
     h.advance(TTL - 1);
     match acquire(&mut b, "b").await {
@@ -86,7 +78,7 @@ async fn a_crashed_holder_is_taken_over_after_its_lease_and_writes_wait_the_grac
 }
 
 async fn a_resign_hands_over_at_once(h: Harness) {
-    let (mut a, mut b) = (instance(&h).await, instance(&h).await);
+    let (mut a, mut b) = (h.instance().await, h.instance().await);
     let held = acquire(&mut a, "a").await.unwrap();
     assert!(a.lease_resign(&held).await.unwrap().unwrap());
     let next = acquire(&mut b, "b").await.unwrap();
@@ -97,10 +89,10 @@ async fn a_resign_hands_over_at_once(h: Harness) {
 }
 
 async fn a_restarted_node_adopts_its_lease_at_the_same_epoch(h: Harness) {
-    let held = acquire(&mut instance(&h).await, "a").await.unwrap();
+    let held = acquire(&mut h.instance().await, "a").await.unwrap();
     h.advance(TTL / 2);
     // A new process of node a: no memory of the lease.
-    let mut restarted = instance(&h).await;
+    let mut restarted = h.instance().await;
     let adopted = acquire(&mut restarted, "a").await.unwrap();
     assert_eq!(adopted.epoch, held.epoch);
     assert!(
@@ -111,7 +103,7 @@ async fn a_restarted_node_adopts_its_lease_at_the_same_epoch(h: Harness) {
 }
 
 async fn a_displaced_holder_fails_the_commit_point_and_its_write_is_refused(h: Harness) {
-    let (mut a, mut b) = (instance(&h).await, instance(&h).await);
+    let (mut a, mut b) = (h.instance().await, h.instance().await);
     let old = acquire(&mut a, "a").await.unwrap();
     // The register at the write boundary: the highest epoch written.
     let mut highest = 0;
@@ -178,7 +170,7 @@ async fn an_unreachable_store_is_unavailable_never_not_holder() {
 /// was stored for 400 ms, so R took over at t+1200 writable at t+1400, or
 /// found the lease free at t+1400, while P might still write until t+2000.
 async fn a_chain_of_takeovers_with_short_ttls_keeps_the_first_holders_grace(h: Harness) {
-    let (mut p, mut q, mut r) = (instance(&h).await, instance(&h).await, instance(&h).await);
+    let (mut p, mut q, mut r) = (h.instance().await, h.instance().await, h.instance().await);
     let held = p.lease_acquire("chain", "p", 1000).await.unwrap().unwrap();
     assert!(p.lease_check(&held).await.unwrap().is_ok());
     let p_may_write_until = held.expires_at + 1000;
@@ -216,7 +208,7 @@ async fn a_chain_of_takeovers_with_short_ttls_keeps_the_first_holders_grace(h: H
 /// again (true), renewed (ok, same epoch) and passed the check after the
 /// grace: the resigned node wrote.
 async fn a_resign_inside_a_grace_ends_that_epoch_for_its_node(h: Harness) {
-    let (mut p, mut q, mut r) = (instance(&h).await, instance(&h).await, instance(&h).await);
+    let (mut p, mut q, mut r) = (h.instance().await, h.instance().await, h.instance().await);
     p.lease_acquire("quit", "p", 1000).await.unwrap().unwrap();
     h.advance(1000);
     let taken = q.lease_acquire("quit", "q", 1000).await.unwrap().unwrap();

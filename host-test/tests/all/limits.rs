@@ -7,15 +7,7 @@
 use std::sync::Arc;
 
 use coord_host::backend::memory::MemoryBackend;
-use coord_host::{Instance, Runtime, ephemeral, lease, lock, ratelimit};
-
-async fn instance() -> Instance {
-    Runtime::new(Arc::new(MemoryBackend::default()))
-        .unwrap()
-        .instantiate()
-        .await
-        .unwrap()
-}
+use coord_host::{ephemeral, lease, lock, ratelimit};
 
 /// What a call answered, as the rejected field's name or "accepted".
 trait Verdict {
@@ -62,7 +54,7 @@ fn attempts(max_attempts: u32, delay_ms: u64) -> lock::WaitPolicy {
 
 #[tokio::test]
 async fn lock_limits_hold_at_their_edges() {
-    let mut i = instance().await;
+    let mut i = crate::common::instance_on(Arc::new(MemoryBackend::default())).await;
     let no_wait = lock::WaitPolicy::NoWait;
     // Each accepted acquire takes a fresh resource, so none is busy.
     let mut n = 0;
@@ -178,7 +170,7 @@ fn space(id: String, ttl_ms: u64, max_value_bytes: u32) -> ephemeral::Space {
 
 #[tokio::test]
 async fn ephemeral_limits_hold_at_their_edges() {
-    let mut i = instance().await;
+    let mut i = crate::common::instance_on(Arc::new(MemoryBackend::default())).await;
     let ok = space("s".into(), 1000, 16);
     let mut verdicts = Vec::new();
     for (s, tenant, key, value) in [
@@ -276,7 +268,7 @@ fn limiter(id: String, limit: u32, window_ms: u64) -> ratelimit::Limiter {
 
 #[tokio::test]
 async fn rate_limit_limits_hold_at_their_edges() {
-    let mut i = instance().await;
+    let mut i = crate::common::instance_on(Arc::new(MemoryBackend::default())).await;
     let ok = limiter("l".into(), 10, 1000);
     let mut verdicts = Vec::new();
     for (l, key, cost) in [
@@ -322,7 +314,7 @@ async fn rate_limit_limits_hold_at_their_edges() {
 
 #[tokio::test]
 async fn lease_limits_hold_at_their_edges() {
-    let mut i = instance().await;
+    let mut i = crate::common::instance_on(Arc::new(MemoryBackend::default())).await;
     let mut verdicts = Vec::new();
     for (name, node, ttl) in [
         (text(256), "n".to_string(), 1000),

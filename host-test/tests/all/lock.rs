@@ -33,10 +33,6 @@ async fn instance(runtime: &Runtime) -> Instance {
     runtime.instantiate().await.expect("instantiate")
 }
 
-fn runtime(h: &Harness) -> Runtime {
-    Runtime::new(h.backend.clone()).expect("load the component")
-}
-
 fn acquired(outcome: AcquireOutcome) -> HeldLock {
     match outcome {
         AcquireOutcome::Acquired(lock) => lock,
@@ -52,7 +48,7 @@ async fn acquire(i: &mut Instance, resource: &str, options: AcquireOptions) -> A
 }
 
 async fn uncontended_acquire_release_and_extend_cost_one_store_call_each(h: Harness) {
-    let rt = runtime(&h);
+    let rt = h.runtime();
     let mut i = instance(&rt).await;
     let lock = acquired(acquire(&mut i, "item:1", no_wait(1000)).await);
     assert_eq!(i.store_calls(), 1, "acquire");
@@ -68,7 +64,7 @@ async fn uncontended_acquire_release_and_extend_cost_one_store_call_each(h: Harn
 }
 
 async fn busy_reports_the_holder_from_the_same_store_call(h: Harness) {
-    let rt = runtime(&h);
+    let rt = h.runtime();
     let (mut a, mut b) = (instance(&rt).await, instance(&rt).await);
     let lock = acquired(acquire(&mut a, "item:1", no_wait(1000)).await);
     h.advance(250);
@@ -95,7 +91,7 @@ async fn busy_reports_the_holder_from_the_same_store_call(h: Harness) {
 async fn mutual_exclusion_and_increasing_fences_among_concurrent_instances(h: Harness) {
     const INSTANCES: usize = 8;
     const ROUNDS: usize = 25;
-    let rt = Arc::new(runtime(&h));
+    let rt = h.runtime();
     let in_section = Arc::new(AtomicBool::new(false));
     let fences = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
@@ -130,7 +126,7 @@ async fn mutual_exclusion_and_increasing_fences_among_concurrent_instances(h: Ha
 }
 
 async fn a_stale_holder_cannot_release_or_extend_the_new_holders_lock(h: Harness) {
-    let rt = runtime(&h);
+    let rt = h.runtime();
     let (mut stale, mut fresh) = (instance(&rt).await, instance(&rt).await);
     let old = acquired(acquire(&mut stale, "item:1", no_wait(100)).await);
     h.advance(101);
@@ -156,7 +152,7 @@ async fn a_stale_holder_cannot_release_or_extend_the_new_holders_lock(h: Harness
 }
 
 async fn expiry_frees_the_lock(h: Harness) {
-    let rt = runtime(&h);
+    let rt = h.runtime();
     let mut i = instance(&rt).await;
     acquired(acquire(&mut i, "item:1", no_wait(500)).await);
     h.advance(499);
@@ -176,7 +172,7 @@ async fn expiry_frees_the_lock(h: Harness) {
 }
 
 async fn a_waiter_is_woken_by_the_release_not_by_a_poll(h: Harness) {
-    let rt = Arc::new(runtime(&h));
+    let rt = h.runtime();
     let mut holder = instance(&rt).await;
     let lock = acquired(acquire(&mut holder, "item:1", no_wait(60_000)).await);
     let waiter_rt = rt.clone();
@@ -213,7 +209,7 @@ async fn a_waiter_is_woken_by_the_release_not_by_a_poll(h: Harness) {
 }
 
 async fn a_lock_serialized_in_one_instance_is_released_from_another(h: Harness) {
-    let rt = runtime(&h);
+    let rt = h.runtime();
     let (mut a, mut b) = (instance(&rt).await, instance(&rt).await);
     let lock = acquired(acquire(&mut a, "item:1", no_wait(1000)).await);
     let wire = serde_json::to_string(&lock).unwrap();
@@ -234,7 +230,7 @@ async fn a_lock_serialized_in_one_instance_is_released_from_another(h: Harness) 
 }
 
 async fn force_release_frees_the_lock_and_the_old_holder_loses_it(h: Harness) {
-    let rt = runtime(&h);
+    let rt = h.runtime();
     let (mut holder, mut operator) = (instance(&rt).await, instance(&rt).await);
     let lock = acquired(acquire(&mut holder, "item:1", no_wait(60_000)).await);
     assert!(
@@ -267,7 +263,7 @@ async fn invalid_input_gets_an_error_naming_the_field(h: Harness) {
             other => panic!("expected invalid-argument, got {other:?}"),
         }
     }
-    let rt = runtime(&h);
+    let rt = h.runtime();
     let mut i = instance(&rt).await;
     let default = AcquireOptions::new();
     assert_eq!(field(i.acquire("", "r", default).await.unwrap()), "id");
@@ -373,7 +369,7 @@ async fn in_memory_fences_stay_monotonic_across_a_restart_that_lost_the_data() {
 /// lock's key: `acquire` answered `busy` and `inspect` a holder, where the
 /// WIT promises `internal`.
 async fn a_lock_entry_that_is_not_an_owner_token_is_internal_never_busy(h: Harness) {
-    let rt = runtime(&h);
+    let rt = h.runtime();
     let mut i = instance(&rt).await;
     for (n, corrupt) in [&b"not-an-owner-token!"[..], &[0xff, 0xfe, 0x00][..]]
         .into_iter()

@@ -14,13 +14,8 @@ use coord_component::keys::lock_partition;
 use coord_host::backend::Backend;
 use coord_host::backend::redis::{RedisBackend, RedisConfig};
 use coord_host::lock::*;
-use coord_host::{Instance, Runtime};
 
 const ID: &str = "inventory.stock";
-
-async fn instance(backend: Arc<RedisBackend>) -> Instance {
-    Runtime::new(backend).unwrap().instantiate().await.unwrap()
-}
 
 /// Outside testers started four processes at once; waiters gave up after
 /// 0.6-0.8 s of the documented 2 s, each wake-up spending an attempt. Here
@@ -43,7 +38,7 @@ async fn contending_waiters_each_keep_trying_for_the_default_two_seconds() {
             .await
             .unwrap(),
         );
-        let mut i = instance(backend).await;
+        let mut i = common::instance_on(backend).await;
         tasks.push(tokio::spawn(async move {
             let (mut acquired, mut gave_up) = (0, Vec::new());
             let until = Instant::now() + Duration::from_secs(6);
@@ -112,8 +107,8 @@ async fn an_acquire_that_timed_out_in_a_stall_leaves_the_lock_free_after_recover
         .await
         .unwrap(),
     );
-    let mut caller = instance(backend).await;
-    let mut rival = instance(observer.clone()).await;
+    let mut caller = common::instance_on(backend).await;
+    let mut rival = common::instance_on(observer.clone()).await;
     let partition = lock_partition(ID, "item:1");
 
     for rival_holds in [false, true] {

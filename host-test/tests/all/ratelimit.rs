@@ -30,12 +30,6 @@ fn limiter(limit: u32, algorithm: Option<Algorithm>) -> Limiter {
     }
 }
 
-async fn instance(h: &Harness) -> (Arc<Runtime>, Instance) {
-    let runtime = Arc::new(Runtime::new(h.backend.clone()).unwrap());
-    let instance = runtime.instantiate().await.unwrap();
-    (runtime, instance)
-}
-
 async fn check(i: &mut Instance, l: &Limiter, key: &str, cost: Option<u32>) -> Decision {
     i.check(l, key, cost).await.unwrap().unwrap()
 }
@@ -48,7 +42,7 @@ const ALGORITHMS: [Option<Algorithm>; 4] = [
 ];
 
 async fn a_check_is_one_store_call_for_every_algorithm(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     for (n, algorithm) in ALGORITHMS.into_iter().enumerate() {
         let l = Limiter {
             id: format!("limit-{n}"),
@@ -66,7 +60,7 @@ async fn a_check_is_one_store_call_for_every_algorithm(h: Harness) {
 }
 
 async fn a_limited_request_consumes_nothing(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     for (n, algorithm) in ALGORITHMS.into_iter().enumerate() {
         let l = Limiter {
             id: format!("limit-{n}"),
@@ -87,7 +81,7 @@ async fn a_limited_request_consumes_nothing(h: Harness) {
 }
 
 async fn peek_counts_nothing_and_reset_restores_the_limit(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     for (n, algorithm) in ALGORITHMS.into_iter().enumerate() {
         let l = Limiter {
             id: format!("limit-{n}"),
@@ -109,7 +103,7 @@ async fn peek_counts_nothing_and_reset_restores_the_limit(h: Harness) {
 }
 
 async fn the_window_slides_on_the_stores_clock(h: Harness) {
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     let l = limiter(4, None); // sliding window, 4 per minute
     assert_eq!(T0 % 60_000, 40_000, "the clock starts 40 s into a minute");
     for _ in 0..4 {
@@ -136,7 +130,7 @@ async fn the_window_slides_on_the_stores_clock(h: Harness) {
 async fn concurrent_instances_share_one_limit_exactly(h: Harness) {
     const INSTANCES: usize = 8;
     const TRIES: usize = 20;
-    let (runtime, _) = instance(&h).await;
+    let (runtime, _) = h.runtime_and_instance().await;
     let allowed = Arc::new(AtomicU32::new(0));
     let mut tasks = Vec::new();
     for _ in 0..INSTANCES {
@@ -168,7 +162,7 @@ async fn invalid_limiters_and_costs_get_named_errors(h: Harness) {
             other => panic!("expected invalid-argument, got {other:?}"),
         }
     }
-    let (_rt, mut i) = instance(&h).await;
+    let (_rt, mut i) = h.runtime_and_instance().await;
     let l = limiter(5, None);
     assert_eq!(
         field(

@@ -25,10 +25,6 @@ per_backend!(
     a_finished_release_never_frees_a_later_holder,
 );
 
-async fn instance(backend: Arc<dyn coord_host::backend::Backend>) -> Instance {
-    Runtime::new(backend).unwrap().instantiate().await.unwrap()
-}
-
 fn resource() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -65,8 +61,8 @@ async fn take(instance: &mut Instance, resource: &str, ttl_ms: u64) -> HeldLock 
 
 async fn a_release_that_failed_is_finished_once_the_store_answers(h: Harness) {
     let faulty = Arc::new(FaultyBackend::new(h.backend.clone(), 1));
-    let mut holder = instance(faulty.clone()).await;
-    let mut observer = instance(h.backend.clone()).await;
+    let mut holder = common::instance_on(faulty.clone()).await;
+    let mut observer = common::instance_on(h.backend.clone()).await;
     let resource = resource();
     let lock = take(&mut holder, &resource, 60_000).await;
     faulty.set_deletes_down(true);
@@ -101,8 +97,8 @@ async fn a_release_that_failed_is_finished_once_the_store_answers(h: Harness) {
 
 async fn a_finished_release_never_frees_a_later_holder(h: Harness) {
     let faulty = Arc::new(FaultyBackend::new(h.backend.clone(), 2));
-    let mut first = instance(faulty.clone()).await;
-    let mut second = instance(h.backend.clone()).await;
+    let mut first = common::instance_on(faulty.clone()).await;
+    let mut second = common::instance_on(h.backend.clone()).await;
     let resource = resource();
     let old = take(&mut first, &resource, 1000).await;
     faulty.set_deletes_down(true);
@@ -175,7 +171,7 @@ async fn acquires_refused_for_want_of_replica_acks_leave_no_lock_held() {
             "granted without the replica acknowledging it: {outcome:?}"
         );
     }
-    let mut observer = instance(plain).await;
+    let mut observer = common::instance_on(plain).await;
     for resource in ["item:0", "item:1"] {
         let freed = eventually(async || {
             matches!(observer.inspect("acks", resource).await.unwrap(), Ok(None))

@@ -106,6 +106,23 @@ fn delete_prefix_on(url: &str, prefix: &str) {
 }
 
 impl Harness {
+    /// A runtime (coord.wasm loaded) on this harness's store.
+    pub fn runtime(&self) -> Arc<coord_host::Runtime> {
+        Arc::new(coord_host::Runtime::new(self.backend.clone()).expect("load the component"))
+    }
+
+    /// A fresh runtime on this harness's store and an instance of it.
+    pub async fn runtime_and_instance(&self) -> (Arc<coord_host::Runtime>, coord_host::Instance) {
+        let runtime = self.runtime();
+        let instance = runtime.instantiate().await.expect("instantiate");
+        (runtime, instance)
+    }
+
+    /// An instance of a fresh runtime on this harness's store.
+    pub async fn instance(&self) -> coord_host::Instance {
+        self.runtime_and_instance().await.1
+    }
+
     /// Move the store's clock forward.
     pub fn advance(&self, ms: u64) {
         self.clock.advance(ms);
@@ -307,6 +324,16 @@ macro_rules! per_backend {
             )*
         }
     };
+}
+
+/// An instance of a fresh runtime on `backend` (for a store a test wraps or
+/// starts itself, outside a [`Harness`]).
+pub async fn instance_on(backend: Arc<dyn Backend>) -> coord_host::Instance {
+    coord_host::Runtime::new(backend)
+        .expect("load the component")
+        .instantiate()
+        .await
+        .expect("instantiate")
 }
 
 /// No-wait acquire options with a TTL of `ttl_ms`.
