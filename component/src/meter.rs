@@ -2,7 +2,7 @@
 //! (state, request, now).
 //!
 //! The in-memory store calls [`decide`] directly; the Redis backend runs the
-//! same arithmetic in Lua (`host-test/src/backend/meter.lua`), and the store
+//! same arithmetic in Lua (`host-test/redis/meter.lua`), and the store
 //! conformance suite holds both to the same answers. All arithmetic is in
 //! integers below 2^53, so Lua's doubles compute exactly what this does:
 //! the limit is at most [`MAX_LIMIT`] and the window at most one day.

@@ -26,7 +26,7 @@ if [ "$against" = wasmtime ]; then
     echo "wasmtime is not installed (cargo install --locked wasmtime-cli@48.0.8)" >&2
     exit 1
   }
-  wanted=$(sed -n 's/^wasmtime = { version = "=\([0-9.]*\)".*/\1/p' host-test/Cargo.toml)
+  wanted=$(sed -n 's/^wasmtime = { version = "=\([0-9.]*\)".*/\1/p' Cargo.toml)
   have=$("$wasmtime" --version | awk '{print $2}')
   if [ "$have" != "$wanted" ]; then
     echo "wasmtime $have is not the version coord links ($wanted)" >&2
@@ -40,7 +40,7 @@ fi
 if [ -n "${COORD_BIN:-}" ]; then
   coord=$COORD_BIN
 else
-  cargo build --release -p coord-host --bin coord
+  cargo build --release -p coord-cli
   coord=target/release/coord
 fi
 function=target/hello-fn.wasm

@@ -28,7 +28,7 @@ store.put(partition, 'k', new Uint8Array([1]), 60000n, { tag: 'always' });
 const direct = createClient({ url: REDIS_URL }).withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
 await direct.connect();
 const { args } = codec.scriptCall(prefix, partition, 'get', { key: 'k' });
-const lua = (name) => readFileSync(new URL(`../../host-test/src/backend/${name}`, import.meta.url), 'utf8');
+const lua = (name) => readFileSync(new URL(`../../host-test/redis/${name}`, import.meta.url), 'utf8');
 // Loaded here too: the async rows call them by SHA without a NOSCRIPT retry.
 const sha = await direct.sendCommand(['SCRIPT', 'LOAD', codec.storeScript(lua('redis.lua'), codec.DEFAULTS)]);
 const unwatchedSha = await direct.sendCommand(['SCRIPT', 'LOAD', codec.unwatchedScript(lua('unwatched.lua'), codec.DEFAULTS)]);

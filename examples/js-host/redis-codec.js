@@ -1,4 +1,4 @@
-// The Redis backend's layout and wire format, as host-test/src/backend/redis
+// The Redis backend's layout and wire format, as host-test/redis/src
 // (the Rust backend) has them, so that a Rust host, this host and any other
 // host that follows them share locks, entries and limits on one Redis:
 // the keys (`key`), the scripts as loaded (`storeScript`, `unwatchedScript`:

@@ -1,7 +1,7 @@
 // The worker thread behind redis-store.js: the store contract's operations
 // on Redis with node-redis, answered through sync-bridge.js while the main
 // thread blocks. It runs the project's own scripts, read at start from
-// host-test/src/backend/ (no copy here), loaded exactly as the Rust backend
+// host-test/redis/ (no copy here), loaded exactly as the Rust backend
 // loads them (redis-codec.js), so both share one Redis.
 //
 // Every failure to reach Redis, and every request that takes longer than
@@ -14,7 +14,7 @@ import { serve } from './sync-bridge.js';
 import * as codec from './redis-codec.js';
 
 const config = workerData.data;
-const scriptsDir = new URL('../../host-test/src/backend/', import.meta.url);
+const scriptsDir = new URL('../../host-test/redis/', import.meta.url);
 const read = (name) => readFileSync(new URL(name, scriptsDir), 'utf8');
 
 // Scripts that cannot be read fail every request (rather than the thread,

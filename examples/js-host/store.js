@@ -1,5 +1,5 @@
 // The coord:sync/store capability for a JavaScript host, in memory: what
-// host-test/src/backend/memory.rs is for the wasmtime host, in one file.
+// host-test/host/src/backend/memory.rs is for the wasmtime host, in one file.
 // Time is a clock the tests can move (`advance`); revisions, conditions,
 // TTLs, the bounded change feed with expire events and the rate-limit meter
 // follow wit/store.wit. JavaScript runs the component on one thread, so

@@ -21,7 +21,7 @@ command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)"
 if [ -n "${COORD_BIN:-}" ]; then
   coord=$COORD_BIN
 else
-  cargo build --release -p coord-host --bin coord
+  cargo build --release -p coord-cli
   coord=target/release/coord
 fi
 prefix="coord-load-$$"

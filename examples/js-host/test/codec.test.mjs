@@ -1,5 +1,5 @@
 // The Redis layout and wire format against the Rust backend's
-// (host-test/src/backend/redis): the keys, the scripts as loaded, the
+// (host-test/redis/src): the keys, the scripts as loaded, the
 // packed arguments and replies. The last test needs Redis and fails without it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,7 +8,7 @@ import * as codec from '../redis-codec.js';
 import { redisStore } from '../redis-store.js';
 import { REDIS_URL, directClient, dropKeys, uniquePrefix } from './redis-env.js';
 
-const scripts = new URL('../../../host-test/src/backend/', import.meta.url);
+const scripts = new URL('../../../host-test/redis/', import.meta.url);
 const lua = (name) => readFileSync(new URL(name, scripts), 'utf8');
 
 test('keys are <prefix>:{p:<partition, escaped>}:<part>, as RedisBackend::key makes them', () => {

@@ -1,7 +1,7 @@
 """The rate-limit meter's three algorithms as a pure function.
 
 The same integer arithmetic as component/src/meter.rs and
-host-test/src/backend/meter.lua (the Redis backend runs that script), so the
+host-test/redis/meter.lua (the Redis backend runs that script), so the
 memory store answers exactly what Redis answers. State is ``(a, b, c)``:
 
 - sliding window: current window's start, its count, the previous window's count;

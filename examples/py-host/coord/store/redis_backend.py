@@ -1,12 +1,12 @@
 """The store contract on Redis, running the project's own Lua scripts.
 
 Compatible byte for byte with the Rust Redis backend
-(host-test/src/backend/redis/): the same keys, the same scripts loaded
+(host-test/redis/src/): the same keys, the same scripts loaded
 behind the same configuration line (so the same SHA-1), the same arguments
 and replies. A Rust host, this host and any other host on those scripts
 share one set of locks, entries and limits on one Redis.
 
-The scripts are read at run time from host-test/src/backend/ — redis.lua
+The scripts are read at run time from host-test/redis/ — redis.lua
 for a watched partition, unwatched.lua for an unwatched one (a name that
 begins with ``~``: a lock's, a lease's), meter.lua for the rate limiter —
 never copied. Each operation is one ``EVALSHA`` (``now`` is one ``TIME``);
@@ -39,8 +39,8 @@ from .types import (
     check_ttl, is_unwatched,
 )
 
-#: host-test/src/backend/, relative to this file (examples/py-host/coord/store/).
-DEFAULT_SCRIPTS_DIR = Path(__file__).resolve().parents[4] / "host-test" / "src" / "backend"
+#: host-test/redis/, relative to this file (examples/py-host/coord/store/).
+DEFAULT_SCRIPTS_DIR = Path(__file__).resolve().parents[4] / "host-test" / "redis"
 
 #: How often a call loads the scripts again after ``NOSCRIPT`` before it fails.
 RELOADS = 2

@@ -1,7 +1,7 @@
 """What the project's Redis scripts take and answer, byte for byte.
 
 The argument layouts and reply shapes are those of
-host-test/src/backend/redis/codec.rs (the Rust Redis backend), so this host
+host-test/redis/src/codec.rs (the Rust Redis backend), so this host
 and that one read and write the same keys the same way:
 
 - ``redis.lua`` takes text arguments after its operation name, clock and

@@ -1,0 +1,323 @@
+//! `coord-bench`: the component against native Rust and against a bare Redis
+//! round trip, side by side in one run. Prints tables; see BENCHMARKS.md.
+//!
+//! `cargo run --release -p coord-bench [-- --redis URL] [--quick]`
+//!
+//! `coord-bench --profile-acquire N` runs only N in-memory acquire+release
+//! pairs through the component, for a profiler (see BENCHMARKS.md); with
+//! `--perf-map`, on the real engine configuration with a perf map of the JIT
+//! code; with `--native`, the same pairs straight on the backend.
+//! `callgrind-acquire.sh` counts the instructions of both.
+//!
+//! `coord-bench --nats URL` runs only NATS JetStream beside Redis: round
+//! trips and latency per call, and rates at 64 tasks (`nats.rs`).
+//!
+//! `coord-bench --redis-cluster URLS` runs only a Redis Cluster beside one
+//! Redis server: rates at 64 tasks, with and without replica
+//! acknowledgement, and the keys' spread over the masters (`cluster.rs`;
+//! `start-redis-cluster.sh` starts a cluster on loopback).
+//!
+//! `coord-bench --profile-redis-check N` runs only rate-limit checks on
+//! Redis, N per task in 64 tasks, each through its own component instance;
+//! `--native` straight on the backend, `--tasks T` in T tasks, and
+//! `--unpooled` on an engine valgrind can run (no pooling allocator).
+//! `--profile-redis-pair N` does the same with lock acquire+release pairs.
+//!
+//! "Native" is the same store operation called on the same backend straight
+//! from Rust, with no component in between: on Redis, the same scripts sent
+//! by the `redis` crate. The ratio component / native is the cost of the wasm
+//! boundary and the component's own work.
+
+mod at_scale;
+mod cluster;
+mod measure;
+mod nats;
+mod ops;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+
+use coord_host::backend::Backend;
+use coord_host::backend::memory::MemoryBackend;
+use coord_host::{COMPONENT, Runtime};
+use coord_nats::{NatsBackend, NatsConfig};
+use coord_redis::{RedisBackend, RedisConfig};
+use measure::{Stats, fmt_us};
+
+/// How hard to measure.
+#[derive(Clone, Copy)]
+pub struct Effort {
+    /// Operations per sample set at concurrency 1.
+    pub reps: usize,
+    /// Operations per task at concurrency 64.
+    pub per_task: usize,
+    /// Lock handoffs measured.
+    pub handoffs: usize,
+    /// Calls measured after an idle pause.
+    pub idle_calls: usize,
+}
+
+/// The component against native Rust and a bare Redis round trip, side by
+/// side in one run (BENCHMARKS.md). With a --profile-* option, only that
+/// workload, for a profiler or callgrind.
+#[derive(Parser)]
+#[command(name = "coord-bench")]
+struct Cli {
+    /// The Redis to measure against (default: $REDIS_URL, else
+    /// redis://127.0.0.1:6379).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Only NATS JetStream at URL beside Redis, in one run.
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
+    /// Only the Redis Cluster whose nodes' URLs these are (comma-separated)
+    /// beside the one Redis server, in one run.
+    #[arg(long, value_name = "URLS")]
+    redis_cluster: Option<String>,
+    /// A tenth of the samples.
+    #[arg(long)]
+    quick: bool,
+    /// Only N in-memory acquire+release pairs through the component
+    /// (`callgrind-acquire.sh` counts them).
+    #[arg(long, value_name = "N")]
+    profile_acquire: Option<usize>,
+    /// With --profile-acquire: the real engine configuration, with a perf map
+    /// of the JIT code.
+    #[arg(long)]
+    perf_map: bool,
+    /// Only N rate-limit checks per task on Redis, each task through its own
+    /// instance: the 64-task table's check row.
+    #[arg(long, value_name = "N")]
+    profile_redis_check: Option<usize>,
+    /// Only N lock acquire+release pairs per task on Redis: the 64-task
+    /// table's lock row.
+    #[arg(long, value_name = "N")]
+    profile_redis_pair: Option<usize>,
+    /// With a --profile-* option: straight on the backend, no component.
+    #[arg(long)]
+    native: bool,
+    /// With --profile-redis-*: this many tasks.
+    #[arg(long, value_name = "T", default_value_t = 64)]
+    tasks: usize,
+    /// With --profile-redis-*: an engine valgrind can run (no pooling
+    /// allocator).
+    #[arg(long)]
+    unpooled: bool,
+}
+
+#[tokio::main]
+async fn main() -> wasmtime::Result<()> {
+    let cli = Cli::parse();
+    let redis_url = cli.redis.clone().unwrap_or_else(|| {
+        std::env::var("REDIS_URL")
+            .ok()
+            // An empty variable is unset, as every tool treats it.
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
+    });
+    let effort = if cli.quick {
+        Effort {
+            reps: 300,
+            per_task: 30,
+            handoffs: 20,
+            idle_calls: 10,
+        }
+    } else {
+        Effort {
+            reps: 3000,
+            per_task: 200,
+            handoffs: 100,
+            idle_calls: 30,
+        }
+    };
+    if let Some(n) = cli.profile_acquire {
+        // For `valgrind --tool=callgrind`: only in-memory acquire+release
+        // through the component, so the profile shows nothing else.
+        let backend = Arc::new(MemoryBackend::default());
+        return ops::profile_acquire(backend, n, cli.perf_map, cli.native).await;
+    }
+    let profile_redis = match (cli.profile_redis_check, cli.profile_redis_pair) {
+        (Some(n), _) => Some((n, false)),
+        (None, Some(n)) => Some((n, true)),
+        (None, None) => None,
+    };
+    if let Some((n, pairs)) = profile_redis {
+        // For `perf` and callgrind: only component instances checking rate
+        // limits (or taking and releasing locks) on Redis at once (64 by
+        // default), the rows of the concurrency table at 64 tasks.
+        let config = RedisConfig {
+            prefix: format!("coordbench-{}", std::process::id()),
+            ..RedisConfig::new(redis_url.clone())
+        };
+        let redis = RedisBackend::connect(config)
+            .await
+            .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
+        let (tasks, native, unpooled) = (cli.tasks, cli.native, cli.unpooled);
+        return ops::profile_concurrent(Arc::new(redis), tasks, n, pairs, native, unpooled).await;
+    }
+    println!(
+        "coord-bench: {} cores; medians of {} operations per row\n",
+        num_cpus(),
+        effort.reps
+    );
+    if let Some(nats_url) = &cli.nats {
+        let id = std::process::id();
+        let redis_config = RedisConfig {
+            prefix: format!("coordbench-{id}"),
+            ..RedisConfig::new(redis_url.clone())
+        };
+        let redis = RedisBackend::connect(redis_config)
+            .await
+            .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
+        let nats_config = NatsConfig {
+            stream: format!("COORDBENCH{id}"),
+            subject_prefix: format!("coordbench{id}"),
+            ..NatsConfig::new(nats_url)
+        };
+        let stream = nats_config.stream.clone();
+        let nats = NatsBackend::connect(nats_config)
+            .await
+            .map_err(|e| wasmtime::format_err!("NATS at {nats_url}: {e:?}"))?;
+        let result = nats::compare(Arc::new(redis), Arc::new(nats), nats_url, effort).await;
+        if let Ok(client) = async_nats::connect(nats_url.as_str()).await {
+            let _ = async_nats::jetstream::new(client)
+                .delete_stream(&stream)
+                .await;
+        }
+        return result;
+    }
+
+    if let Some(cluster_urls) = &cli.redis_cluster {
+        let prefix = format!("coordbench-{}", std::process::id());
+        let connect = |url: &str, cluster: bool, replica_acks: u32| {
+            let config = RedisConfig {
+                prefix: prefix.clone(),
+                cluster,
+                replica_acks,
+                ..RedisConfig::new(url)
+            };
+            let url = url.to_string();
+            async move {
+                RedisBackend::connect(config)
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| wasmtime::format_err!("Redis at {url}: {e:?}"))
+            }
+        };
+        let server = connect(&redis_url, false, 0).await?;
+        let on_cluster = connect(cluster_urls, true, 0).await?;
+        let acked = connect(cluster_urls, true, 1).await?;
+        return cluster::compare(server, on_cluster, acked, cluster_urls, &prefix, effort).await;
+    }
+
+    instance_costs()?;
+
+    let memory: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
+    ops::per_operation("in memory", memory.clone(), None, effort).await?;
+
+    let config = RedisConfig {
+        prefix: format!("coordbench-{}", std::process::id()),
+        ..RedisConfig::new(redis_url.clone())
+    };
+    let redis = Arc::new(
+        RedisBackend::connect(config)
+            .await
+            .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?,
+    );
+    ops::per_operation(
+        "Redis (loopback)",
+        redis.clone(),
+        Some((redis.clone(), redis_url.clone())),
+        effort,
+    )
+    .await?;
+
+    ops::concurrency(memory.clone(), None, effort).await?;
+    ops::concurrency(redis.clone(), Some(redis_url.clone()), effort).await?;
+
+    ops::after_idle("in memory", memory.clone(), None, effort).await?;
+    ops::after_idle("Redis", redis.clone(), Some(&redis), effort).await?;
+
+    // The same Redis, with the lock waiter's wait and attempt as two
+    // requests: what a handoff cost before `wait-then-put`.
+    // Same keys as `redis`: the holder, on `redis`, releases to waiters on either.
+    let apart_config = RedisConfig {
+        prefix: format!("coordbench-{}", std::process::id()),
+        blocking_connections: 0,
+        ..RedisConfig::new(redis_url.clone())
+    };
+    let apart: Arc<dyn Backend> = Arc::new(
+        RedisBackend::connect(apart_config)
+            .await
+            .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?,
+    );
+    ops::handoff("in memory", memory, None, None, effort).await?;
+    ops::handoff("Redis", redis, Some(apart), Some(redis_url), effort).await?;
+    Ok(())
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Compile, load and instantiate costs, and the component's size.
+fn instance_costs() -> wasmtime::Result<()> {
+    let engine = wasmtime::Engine::new(&coord_host::engine_config())?;
+    let mut compile = Stats::default();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let _ = wasmtime::component::Component::new(&engine, COMPONENT)?;
+        compile.push(start.elapsed());
+    }
+    let precompiled = engine.precompile_component(COMPONENT)?;
+    let mut load = Stats::default();
+    for _ in 0..50 {
+        let start = Instant::now();
+        // SAFETY: the bytes were produced just above by `precompile_component`
+        // of this same engine, in this process, and not modified since.
+        #[allow(unsafe_code)]
+        let _ = unsafe { wasmtime::component::Component::deserialize(&engine, &precompiled)? };
+        load.push(start.elapsed());
+    }
+    let runtime = Runtime::new(Arc::new(MemoryBackend::default()))?;
+    let rt = tokio::runtime::Handle::current();
+    let mut instantiate = Stats::default();
+    let mut request = Stats::default();
+    tokio::task::block_in_place(|| {
+        rt.block_on(async {
+            for _ in 0..2000 {
+                let start = Instant::now();
+                let instance = runtime.instantiate().await?;
+                instantiate.push(start.elapsed());
+                drop(instance);
+            }
+            for k in 0..2000 {
+                request.push(ops::one_request(&runtime, &format!("k{}", k % 100)).await?);
+            }
+            Ok::<_, wasmtime::Error>(())
+        })
+    })?;
+    println!("Instance cost");
+    println!("  component size           {:>10} bytes", COMPONENT.len());
+    println!(
+        "  compile (Cranelift)      {:>10} ms (median of 5)",
+        format!("{:.1}", compile.median().as_secs_f64() * 1e3)
+    );
+    println!(
+        "  load precompiled         {:>10} µs (median of 50)",
+        fmt_us(load.median())
+    );
+    println!(
+        "  instantiate (InstancePre + pooling)  p50 {} µs, p99 {} µs (2000 instances)",
+        fmt_us(instantiate.median()),
+        fmt_us(instantiate.p99())
+    );
+    println!(
+        "  a request: instantiate, one in-memory check, drop  p50 {} µs, p99 {} µs (2000 requests)\n",
+        fmt_us(request.median()),
+        fmt_us(request.p99())
+    );
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! NATS JetStream beside Redis, in one run (`coord-bench --nats URL`): the
+//! round trips and latency of each call at concurrency 1 against each
+//! server's bare round trip (a Redis `PING`; a NATS request answered by a
+//! subscriber on the same connection, the physical limit on loopback), and
+//! the rates of lock pairs and rate-limit checks at 64 tasks.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use coord_host::backend::Backend;
+use coord_host::lock::{AcquireOutcome, ExtendOutcome};
+use coord_host::{Instance, Runtime};
+use coord_nats::NatsBackend;
+use coord_redis::RedisBackend;
+use futures_util::StreamExt;
+
+use crate::Effort;
+use crate::measure::{Stats, Step, failed, fmt_us};
+use crate::ops::{LOCK_ID, Op, PingStep, component_op, component_rate, no_wait, run_tasks, space};
+
+/// A request answered by a subscriber on the same connection.
+struct RequestStep(async_nats::Client, String);
+
+impl Step for RequestStep {
+    async fn step(&mut self) -> wasmtime::Result<()> {
+        self.0
+            .request(self.1.clone(), "ping".into())
+            .await
+            .map_err(|e| failed(&format!("{e:?}")))?;
+        Ok(())
+    }
+}
+
+/// One store, as the comparison drives it.
+struct Store {
+    instance: Instance,
+    runtime: Arc<Runtime>,
+    trips: Box<dyn Fn() -> u64>,
+    samples: Stats,
+    trips_taken: u64,
+}
+
+impl Store {
+    async fn new(backend: Arc<dyn Backend>, trips: Box<dyn Fn() -> u64>) -> wasmtime::Result<Self> {
+        let runtime = Arc::new(Runtime::new(backend)?);
+        let instance = runtime.instantiate().await?;
+        Ok(Store {
+            instance,
+            runtime,
+            trips,
+            samples: Stats::default(),
+            trips_taken: 0,
+        })
+    }
+
+    /// Write the 100 entries the snapshot row reads, right before it: they
+    /// expire with the space's TTL (a minute), and on a slow VM the rows
+    /// before it took longer.
+    async fn fill(&mut self) -> wasmtime::Result<()> {
+        for k in 0..100 {
+            self.instance
+                .upsert(&space(), "bench-100", &format!("k{k}"), b"{}")
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?;
+        }
+        Ok(())
+    }
+
+    /// Time `op` on key `n` and count its round trips.
+    async fn time(&mut self, op: Op, n: &str) -> wasmtime::Result<()> {
+        let trips = (self.trips)();
+        let start = Instant::now();
+        component_op(op, &mut self.instance, n).await?;
+        self.samples.push(start.elapsed());
+        self.trips_taken += (self.trips)() - trips;
+        Ok(())
+    }
+
+    /// Take the row's figures and start the next row.
+    fn take(&mut self, reps: usize) -> (Stats, f64) {
+        let trips = self.trips_taken as f64 / reps as f64;
+        self.trips_taken = 0;
+        (std::mem::take(&mut self.samples), trips)
+    }
+}
+
+/// The comparison's two tables.
+pub async fn compare(
+    redis: Arc<RedisBackend>,
+    nats: Arc<NatsBackend>,
+    nats_url: &str,
+    effort: Effort,
+) -> wasmtime::Result<()> {
+    let client = async_nats::connect(nats_url)
+        .await
+        .map_err(|e| failed(&format!("{e:?}")))?;
+    let echo = format!("coordbench.echo.{}", std::process::id());
+    let mut requests = client
+        .subscribe(echo.clone())
+        .await
+        .map_err(|e| failed(&format!("{e:?}")))?;
+    let responder = client.clone();
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            if let Some(reply) = request.reply {
+                let _ = responder.publish(reply, "pong".into()).await;
+            }
+        }
+    });
+    let r = redis.clone();
+    let n = nats.clone();
+    let mut on_redis = Store::new(redis.clone(), Box::new(move || r.round_trips())).await?;
+    let mut on_nats = Store::new(nats.clone(), Box::new(move || n.round_trips())).await?;
+
+    println!("NATS JetStream beside Redis, concurrency 1 (p50 µs; store round trips per call)");
+    println!(
+        "  {:<26} {:>8} {:>6} {:>8} {:>6} {:>11}",
+        "operation", "Redis", "trips", "NATS", "trips", "NATS/Redis"
+    );
+    let reps = effort.reps;
+    let row = |name: &str, (redis, rt): (Stats, f64), (nats, nt): (Stats, f64)| {
+        let ratio = nats.median().as_secs_f64() / redis.median().as_secs_f64();
+        println!(
+            "  {name:<26} {:>8} {rt:>6.2} {:>8} {nt:>6.2} {ratio:>11.2}",
+            fmt_us(redis.median()),
+            fmt_us(nats.median())
+        );
+    };
+    for (op, name, fresh) in [
+        (Op::AcquireRelease, "lock pair (key seen)", false),
+        (Op::AcquireRelease, "lock pair (key new)", true),
+        (Op::Check, "rate-limit check", false),
+        (Op::Upsert, "ephemeral upsert", false),
+        (Op::Touch, "ephemeral touch", false),
+        (Op::Snapshot100, "snapshot of 100", false),
+    ] {
+        let run = std::process::id();
+        if let Op::Snapshot100 = op {
+            on_redis.fill().await?;
+            on_nats.fill().await?;
+        }
+        for rep in 0..reps {
+            let key = if fresh {
+                format!("{run}-{name}-{rep}")
+            } else {
+                format!("k{}", rep % 10)
+            };
+            // Warm each key once, untimed, so "seen" means seen.
+            if !fresh && rep < 10 {
+                component_op(op, &mut on_redis.instance, &key).await?;
+                component_op(op, &mut on_nats.instance, &key).await?;
+            }
+            on_redis.time(op, &key).await?;
+            on_nats.time(op, &key).await?;
+        }
+        row(name, on_redis.take(reps), on_nats.take(reps));
+    }
+    let (redis_extend, nats_extend) = (
+        extend(&mut on_redis, reps).await?,
+        extend(&mut on_nats, reps).await?,
+    );
+    row("lock extend", redis_extend, nats_extend);
+    let (mut ping, mut request) = (Stats::default(), Stats::default());
+    for _ in 0..reps {
+        let start = Instant::now();
+        redis.ping().await.map_err(|e| failed(&format!("{e:?}")))?;
+        ping.push(start.elapsed());
+        let start = Instant::now();
+        RequestStep(client.clone(), echo.clone()).step().await?;
+        request.push(start.elapsed());
+    }
+    row("bare round trip (limit)", (ping, 1.0), (request, 1.0));
+    println!();
+
+    const TASKS: usize = 64;
+    println!("NATS JetStream beside Redis, {TASKS} tasks (each its own instance and key)");
+    println!(
+        "  {:<26} {:>10} {:>10} {:>11}",
+        "operation", "Redis/s", "NATS/s", "NATS/Redis"
+    );
+    for (op, name) in [
+        (Op::AcquireRelease, "lock pair"),
+        (Op::Check, "rate-limit check"),
+    ] {
+        let mut rates = Vec::new();
+        for runtime in [on_redis.runtime.clone(), on_nats.runtime.clone()] {
+            let (_, rate) = component_rate(&runtime, op, TASKS, effort.per_task).await?;
+            rates.push(rate);
+        }
+        println!(
+            "  {name:<26} {:>10.0} {:>10.0} {:>11.2}",
+            rates[0],
+            rates[1],
+            rates[1] / rates[0]
+        );
+    }
+    let (_, ping_rate) = run_tasks(TASKS, effort.per_task, |_| {
+        let redis = redis.clone();
+        async move { Ok(PingStep(redis)) }
+    })
+    .await?;
+    let (_, request_rate) = run_tasks(TASKS, effort.per_task, |_| {
+        let (client, echo) = (client.clone(), echo.clone());
+        async move { Ok(RequestStep(client, echo)) }
+    })
+    .await?;
+    println!(
+        "  {:<26} {ping_rate:>10.0} {request_rate:>10.0} {:>11.2}",
+        "bare round trip (limit)",
+        request_rate / ping_rate
+    );
+    println!();
+    Ok(())
+}
+
+/// Extends of one held lock, timed, with their round trips.
+async fn extend(store: &mut Store, reps: usize) -> wasmtime::Result<(Stats, f64)> {
+    let AcquireOutcome::Acquired(mut lock) = store
+        .instance
+        .acquire(LOCK_ID, "extend-me", no_wait())
+        .await?
+        .map_err(|e| failed(&format!("{e:?}")))?
+    else {
+        return Err(failed("busy"));
+    };
+    for _ in 0..reps {
+        let trips = (store.trips)();
+        let start = Instant::now();
+        let ExtendOutcome::Extended(next) = store
+            .instance
+            .extend(&lock, None)
+            .await?
+            .map_err(|e| failed(&format!("{e:?}")))?
+        else {
+            return Err(failed("lost"));
+        };
+        store.samples.push(start.elapsed());
+        store.trips_taken += (store.trips)() - trips;
+        lock = next;
+    }
+    store
+        .instance
+        .release(&lock)
+        .await?
+        .map_err(|e| failed(&format!("{e:?}")))?;
+    Ok(store.take(reps))
+}

@@ -1,0 +1,367 @@
+//! `coord`: the command line of the coord host.
+//!
+//! `coord serve` runs an edge function over HTTP (the built-in inventory
+//! example by default) with the in-memory store, or Redis when asked;
+//! `coord compose` writes a function composed with the coord component;
+//! `coord demo` shows component instances contending for locks in one process.
+
+mod demo;
+mod demo_log;
+mod inventory;
+mod long_work;
+mod operate;
+mod store;
+mod terminal;
+
+pub use store::{StoreArgs, Target, backend, backend_for, store_failure};
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use coord_serve::Server;
+
+/// coord: distributed locks, leases, ephemeral state and rate limits for
+/// WebAssembly edge functions.
+#[derive(Parser)]
+#[command(name = "coord", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a wasi:http edge function, one instance per request.
+    ///
+    /// FUNCTION.wasm, else the built-in inventory example. A function that
+    /// imports coord's interfaces is composed with the coord component first.
+    Serve(ServeArgs),
+    /// Plug the coord component into FUNCTION.wasm and write the result,
+    /// which imports only the store and what the function itself imports.
+    Compose {
+        /// The function component to compose.
+        function: String,
+        /// Where to write the composed component.
+        #[arg(short, long)]
+        out: String,
+    },
+    /// Component instances contend for inventory locks, a long job keeps its
+    /// lock, a lease moves between two nodes.
+    Demo {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// See or free a lock, as functions see it (operator commands).
+    #[command(subcommand)]
+    Lock(operate::LockCommand),
+    /// See or follow a tenant's ephemeral entries (operator commands).
+    #[command(subcommand)]
+    Ephemeral(operate::EphemeralCommand),
+    /// Peek at or reset a rate-limit key (operator commands).
+    #[command(subcommand)]
+    Limit(operate::LimitCommand),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The wasi:http function to serve (default: the built-in inventory
+    /// example).
+    function: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Where to listen: IP:PORT, or HOST:PORT resolved at start.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080",
+        env = "COORD_LISTEN",
+        value_parser = socket_address
+    )]
+    listen: SocketAddr,
+    /// Requests run at once, each in its own instance; one more is answered
+    /// 503.
+    #[arg(long, value_name = "N", default_value_t = coord_serve::MAX_CONCURRENT_REQUESTS,
+          value_parser = clap::value_parser!(u32).range(1..), env = "COORD_MAX_REQUESTS")]
+    max_requests: u32,
+    /// How long a client may take to send a request's headers, and then its
+    /// body; a slower one gets 408 and holds no instance meanwhile.
+    #[arg(long, value_name = "MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..), env = "COORD_READ_TIMEOUT_MS")]
+    read_timeout_ms: u64,
+    /// Each request's deadline from its arrival: a function still running
+    /// (or waiting in a host call) then is stopped, its instance freed, and
+    /// the client answered 504 if no response was sent yet.
+    #[arg(long, value_name = "MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..), env = "COORD_DEADLINE_MS")]
+    deadline_ms: u64,
+    /// On SIGTERM or Ctrl-C: stop accepting, and let running requests finish
+    /// for up to this long before exiting.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 10_000,
+        env = "COORD_GRACE_MS"
+    )]
+    grace_ms: u64,
+    /// Serve /metrics (Prometheus), /healthz and /readyz on a listener of
+    /// their own at ADDR (off by default).
+    #[arg(long, value_name = "ADDR", env = "COORD_ADMIN", value_parser = socket_address)]
+    admin: Option<SocketAddr>,
+    /// Keep compiled functions in DIR, so that the next start with the same
+    /// function loads them instead of compiling again (default:
+    /// $XDG_CACHE_HOME/coord, else ~/.cache/coord).
+    #[arg(long, value_name = "DIR", env = "COORD_CACHE_DIR")]
+    cache_dir: Option<std::path::PathBuf>,
+    /// Compile the function at every start; keep nothing on disk.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
+}
+
+impl ServeArgs {
+    /// Where compiled functions are kept: --cache-dir, else the user's
+    /// cache directory; none with --no-cache or without a home.
+    fn cache_dir(&self) -> Option<std::path::PathBuf> {
+        if self.no_cache {
+            return None;
+        }
+        let nonempty = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+        let dir = self.cache_dir.clone().or_else(|| {
+            nonempty("XDG_CACHE_HOME")
+                .map(std::path::PathBuf::from)
+                .or_else(|| nonempty("HOME").map(|home| std::path::Path::new(&home).join(".cache")))
+                .map(|dir| dir.join("coord"))
+        })?;
+        // wasmtime's cache takes only an absolute directory (a relative one
+        // was a warning and no cache): resolve it against the working one.
+        std::path::absolute(&dir).ok()
+    }
+}
+
+/// `--listen` and `--admin`: an IP address and port, or a host name and
+/// port resolved now (its first address), so that a bad one is a usage
+/// error naming the flag before the function is compiled.
+fn socket_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let expected = "expected IP:PORT or HOST:PORT, for example 127.0.0.1:8080 or [::1]:8080";
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(expected.into());
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return Err(format!(
+            "the port must be a number from 0 to 65535; {expected}"
+        ));
+    };
+    if host.is_empty() {
+        return Err(expected.into());
+    }
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addresses| addresses.next())
+        .ok_or_else(|| format!("cannot resolve the host {host:?}; {expected}"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Logs go to standard error, one line per request at `info`; the level
+    // comes from COORD_LOG (an env filter: `warn`, `coord::request=info`).
+    let _request_log = init_logging();
+    let outcome = match cli.command {
+        Command::Demo { store } => demo(store.target()).await,
+        Command::Serve(args) => serve(args).await,
+        Command::Compose { function, out } => compose(&function, &out),
+        Command::Lock(command) => operate::lock(command).await,
+        Command::Ephemeral(command) => operate::ephemeral(command).await,
+        Command::Limit(command) => operate::limit(command).await,
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("coord: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Log to standard error at the level COORD_LOG names (`info` by default).
+/// The request log (`coord::request`, a line per request) is written by a
+/// thread of its own, so a request's path only queues its line: written on
+/// that path, the line cost `coord serve` about a quarter of its throughput
+/// against `wasmtime serve` (issue 40). When the queue is full, requests
+/// wait for it rather than lose lines. Everything else (startup, warnings,
+/// errors) is written at once, so nothing said before an exit is lost.
+/// Keep the returned guard until the end: dropping it writes what is queued.
+fn init_logging() -> tracing_appender::non_blocking::WorkerGuard {
+    use tracing_subscriber::filter::filter_fn;
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("COORD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (requests, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("coord-request-log")
+        .finish(std::io::stderr());
+    let is_request = |meta: &tracing::Metadata<'_>| meta.target() == "coord::request";
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(requests)
+                .with_ansi(ansi)
+                .with_filter(filter_fn(is_request)),
+        )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi)
+                .with_filter(filter_fn(move |meta| !is_request(meta))),
+        )
+        .init();
+    guard
+}
+
+async fn demo(target: Target) -> wasmtime::Result<()> {
+    let (backend, place) = backend(&target).await?;
+    let inventory = match &target {
+        Target::Memory => inventory::Inventory::local(),
+        Target::Redis {
+            url,
+            cluster: false,
+            ..
+        } => inventory::Inventory::redis(url)
+            .await
+            .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e}"))?,
+        // A cluster or NATS: the inventory lives in coord's own store.
+        Target::Redis { cluster: true, .. } | Target::Nats { .. } => {
+            inventory::Inventory::Store(backend.clone())
+        }
+    };
+    demo::run(backend, inventory, &place).await
+}
+
+async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
+    let (bytes, name) = match &args.function {
+        Some(path) => (
+            std::fs::read(path).map_err(|e| wasmtime::format_err!("reading {path}: {e}"))?,
+            path.clone(),
+        ),
+        None => (
+            coord_guests::INVENTORY_FUNCTION.to_vec(),
+            "the built-in inventory function".into(),
+        ),
+    };
+    let (backend, place) = backend(&args.store.target()).await?;
+    let server = Arc::new(
+        Server::with_cache(
+            &bytes,
+            backend,
+            args.max_requests,
+            args.cache_dir().as_deref(),
+        )?
+        .with_read_timeout(Duration::from_millis(args.read_timeout_ms))
+        .with_deadline(Duration::from_millis(args.deadline_ms)),
+    );
+    let listen = args.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| wasmtime::format_err!("cannot listen on --listen {listen}: {e}"))?;
+    let address = listener.local_addr()?;
+    let composed = if server.composed() {
+        ", composed with coord"
+    } else {
+        ""
+    };
+    // Bound before the first line below, so the admin routes answer as
+    // soon as a script has read it.
+    let admin = match &args.admin {
+        Some(admin) => Some(
+            tokio::net::TcpListener::bind(*admin)
+                .await
+                .map_err(|e| wasmtime::format_err!("cannot listen on --admin {admin}: {e}"))?,
+        ),
+        None => None,
+    };
+    // Tests and scripts read this line to learn the port (with --listen ...:0).
+    println!("coord serve: listening on http://{address}");
+    println!("coord serve: {name}{composed}; state in {place}");
+    if let Some(listener) = admin {
+        println!(
+            "coord serve: admin on http://{} (/metrics, /healthz, /readyz)",
+            listener.local_addr()?
+        );
+        let (metrics, store) = (server.metrics().clone(), server.store().clone());
+        tokio::spawn(coord_serve::admin::serve(listener, metrics, store));
+    }
+    let grace = Duration::from_millis(args.grace_ms);
+    server
+        .serve_until(listener, shutdown_signal(), grace)
+        .await
+        .map_err(|e| wasmtime::format_err!("serving: {e}"))?;
+    println!("coord serve: stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM (what an orchestrator sends) or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn compose(function: &str, out: &str) -> wasmtime::Result<()> {
+    let bytes =
+        std::fs::read(function).map_err(|e| wasmtime::format_err!("reading {function}: {e}"))?;
+    let composed = coord_serve::compose::plug(&bytes, coord_host::COMPONENT)?;
+    std::fs::write(out, &composed).map_err(|e| wasmtime::format_err!("writing {out}: {e}"))?;
+    println!(
+        "coord compose: wrote {out} ({} bytes): {function} with coord plugged in",
+        composed.len()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses_are_checked_when_parsed() {
+        assert_eq!(
+            socket_address("127.0.0.1:0"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 0)))
+        );
+        assert!(socket_address("[::1]:8080").is_ok());
+        assert!(socket_address("localhost:8080").is_ok());
+        for bad in [
+            "nonsense",
+            "127.0.0.1",
+            "127.0.0.1:99999",
+            ":8080",
+            "127.0.0.1:http",
+        ] {
+            assert!(socket_address(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! Where coordination state lives: the store flags every command shares
+//! (`--redis`, `--redis-cluster`, `--nats`, their environment variables),
+//! what they resolve to, and connecting to it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, CommandFactory};
+use coord_host::backend::memory::MemoryBackend;
+use coord_host::backend::{Backend, StoreError};
+use coord_nats::{NatsBackend, NatsConfig};
+use coord_redis::{RedisBackend, RedisConfig};
+
+use crate::Cli;
+
+/// Where coordination state lives.
+#[derive(Args)]
+pub struct StoreArgs {
+    /// Keep coordination state in Redis instead of in memory: URL, else
+    /// $REDIS_URL, else redis://127.0.0.1:6379 (rediss:// for TLS).
+    /// Processes on one Redis share it. Without the flag, a non-empty
+    /// $COORD_REDIS_URL means the same as --redis $COORD_REDIS_URL.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
+          conflicts_with_all = ["nats", "redis_cluster"])]
+    redis: Option<String>,
+    /// Keep coordination state in a Redis Cluster: the URLs of one or more
+    /// of its nodes, comma-separated (the rest are found from them). A node
+    /// after the first may be HOST:PORT alone, as `redis-cli --cluster`
+    /// prints them: it takes the first URL's scheme, user and password.
+    /// Each call goes to the master serving its partition. Without the
+    /// flag, a non-empty $COORD_REDIS_CLUSTER means the same.
+    #[arg(long, value_name = "URLS", conflicts_with = "nats", value_parser = cluster_seeds)]
+    redis_cluster: Option<String>,
+    /// On Redis (one server or a cluster): answer a write only once this
+    /// many replicas hold it (WAIT behind each write), else `unavailable`,
+    /// so an acquisition survives the master's failover. 0: the master's
+    /// word is enough, as Redis does by default.
+    #[arg(long, value_name = "N", default_value_t = 0, env = "COORD_REDIS_REPLICA_ACKS",
+          value_parser = clap::value_parser!(u32).range(0..=16))]
+    redis_replica_acks: u32,
+    /// Keep coordination state in NATS JetStream (nats-server 2.11 or
+    /// later): URL, else $NATS_URL, else nats://127.0.0.1:4222. Processes
+    /// on one NATS share it. Without the flag, a non-empty $COORD_NATS_URL
+    /// means the same as --nats $COORD_NATS_URL.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    nats: Option<String>,
+    /// Replicas of the JetStream stream (default: 3 when --nats names three
+    /// or more servers, else 1). A stream that exists with another count is
+    /// updated to this one.
+    #[arg(long, value_name = "N", env = "COORD_NATS_REPLICAS",
+          value_parser = clap::value_parser!(u16).range(1..=5))]
+    nats_replicas: Option<u16>,
+    /// The first part of every Redis key (and every NATS subject).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "coord",
+        env = "COORD_PREFIX"
+    )]
+    prefix: String,
+}
+
+/// Where coordination state lives, resolved.
+pub enum Target {
+    /// One process, in memory.
+    Memory,
+    /// A Redis server, or a cluster, shared by every process pointed at it.
+    Redis {
+        /// The server's URL, or the cluster nodes' URLs, comma-separated.
+        url: String,
+        /// Whether `url` names a cluster's nodes.
+        cluster: bool,
+        /// Replicas that must hold a write before it answers.
+        replica_acks: u32,
+        /// The key prefix.
+        prefix: String,
+    },
+    /// A NATS JetStream shared by every process pointed at it.
+    Nats {
+        /// The server's URL.
+        url: String,
+        /// The subject prefix.
+        prefix: String,
+        /// The stream's replicas, when given (else by the servers named).
+        replicas: Option<usize>,
+    },
+}
+
+impl StoreArgs {
+    /// Where these arguments (and COORD_REDIS_URL, COORD_REDIS_CLUSTER,
+    /// COORD_NATS_URL) say the state lives.
+    pub fn target(&self) -> Target {
+        let env = |name| {
+            std::env::var(name)
+                .ok()
+                .filter(|url: &String| !url.trim().is_empty())
+        };
+        if self.redis.is_none()
+            && let Some(url) = self.nats.clone().or_else(|| env("COORD_NATS_URL"))
+        {
+            return Target::Nats {
+                url: if url.trim().is_empty() {
+                    default_url(std::env::var("NATS_URL").ok(), "nats://127.0.0.1:4222")
+                } else {
+                    url
+                },
+                prefix: self.prefix.clone(),
+                replicas: self.nats_replicas.map(usize::from),
+            };
+        }
+        if self.redis.is_none()
+            && let Some(urls) = self.redis_cluster.clone().or_else(|| {
+                env("COORD_REDIS_CLUSTER").map(|urls| {
+                    // What the flag's parser would have said of it: a usage
+                    // error (exit 2) before any work.
+                    cluster_seeds(&urls).unwrap_or_else(|why| {
+                        Cli::command()
+                            .error(
+                                clap::error::ErrorKind::InvalidValue,
+                                format!(
+                                    "invalid value {urls:?} in $COORD_REDIS_CLUSTER \
+                                     (--redis-cluster): {why}"
+                                ),
+                            )
+                            .exit()
+                    })
+                })
+            })
+        {
+            return Target::Redis {
+                url: urls,
+                cluster: true,
+                replica_acks: self.redis_replica_acks,
+                prefix: self.prefix.clone(),
+            };
+        }
+        let from_env = env("COORD_REDIS_URL");
+        match self.redis.clone().or(from_env).as_deref() {
+            None => Target::Memory,
+            Some(url) => Target::Redis {
+                url: if url.trim().is_empty() {
+                    default_redis_url(std::env::var("REDIS_URL").ok())
+                } else {
+                    url.to_string()
+                },
+                cluster: false,
+                replica_acks: self.redis_replica_acks,
+                prefix: self.prefix.clone(),
+            },
+        }
+    }
+}
+
+/// The Redis URL `--redis` without one means: `$REDIS_URL`, unless it is
+/// unset or empty (an empty variable is unset, as every tool treats it),
+/// else the local default.
+fn default_redis_url(from_env: Option<String>) -> String {
+    default_url(from_env, "redis://127.0.0.1:6379")
+}
+
+/// `--redis-cluster` (and $COORD_REDIS_CLUSTER): the seeds as URLs,
+/// comma-separated. A seed without a scheme (`10.0.0.2:7000`, as
+/// `redis-cli --cluster` prints the nodes) is the first seed's URL with its
+/// host and port: the same scheme (TLS or not), user, password and
+/// database. Every seed is checked as the Redis client will read it.
+fn cluster_seeds(text: &str) -> Result<String, String> {
+    let seeds: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|seed| !seed.is_empty())
+        .collect();
+    let Some(first) = seeds.first() else {
+        return Err(
+            "expected the URL of at least one of the cluster's nodes, for example \
+                    redis://10.0.0.1:7000,10.0.0.2:7000"
+                .into(),
+        );
+    };
+    // A node's URL, parsed: `redis://`, `rediss://` or Valkey's spellings
+    // of them (a cluster has no Unix-socket nodes).
+    let redis_node_url = |url: &str| {
+        redis::parse_redis_url(url)
+            .filter(|url| matches!(url.scheme(), "redis" | "rediss" | "valkey" | "valkeys"))
+    };
+    let with_scheme = |seed: &str| {
+        if seed.contains("://") {
+            seed.to_string()
+        } else {
+            format!("redis://{seed}")
+        }
+    };
+    let base = redis_node_url(&with_scheme(first)).ok_or_else(|| {
+        format!("{first:?} is not a redis:// or rediss:// URL of a node (redis://HOST:PORT)")
+    })?;
+    let mut urls = Vec::with_capacity(seeds.len());
+    for seed in seeds {
+        let url = if seed.contains("://") {
+            seed.to_string()
+        } else {
+            let Some((host, port)) = seed.rsplit_once(':') else {
+                return Err(format!("{seed:?} has no port: expected HOST:PORT or a URL"));
+            };
+            let port = port
+                .parse::<u16>()
+                .ok()
+                .filter(|port| *port > 0)
+                .ok_or_else(|| format!("{seed:?}: the port must be a number from 1 to 65535"))?;
+            if host.is_empty() {
+                return Err(format!("{seed:?} has no host: expected HOST:PORT or a URL"));
+            }
+            let mut url = base.clone();
+            url.set_host(Some(host))
+                .map_err(|e| format!("{seed:?}: not a host ({e})"))?;
+            url.set_port(Some(port))
+                .map_err(|()| format!("{seed:?}: not a port"))?;
+            url.to_string()
+        };
+        if redis_node_url(&url).is_none()
+            || redis::IntoConnectionInfo::into_connection_info(url.as_str()).is_err()
+        {
+            return Err(format!(
+                "{seed:?} is not a redis:// or rediss:// URL of a node (redis://HOST:PORT)"
+            ));
+        }
+        urls.push(url);
+    }
+    Ok(urls.join(","))
+}
+
+/// A URL from the environment unless it is unset or empty, else `local`.
+fn default_url(from_env: Option<String>, local: &str) -> String {
+    from_env
+        .filter(|url| !url.trim().is_empty())
+        .unwrap_or_else(|| local.into())
+}
+
+/// A store's error as a sentence.
+pub fn store_failure(error: &StoreError) -> String {
+    match error {
+        StoreError::Unavailable(why) => format!("the store is unavailable: {why}"),
+        StoreError::Invalid(why) => format!("the store refused the request: {why}"),
+        StoreError::HistoryGone(after) => format!(
+            "the store's change history no longer reaches back (it is complete after revision {after})"
+        ),
+    }
+}
+
+/// Connect to where coordination state lives; says where, for the log.
+pub async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, String)> {
+    backend_for(target, None).await
+}
+
+/// [`backend`], with the Redis client's response timeout set when given.
+pub async fn backend_for(
+    target: &Target,
+    redis_response_timeout: Option<Duration>,
+) -> wasmtime::Result<(Arc<dyn Backend>, String)> {
+    // Says what could not be used, and why, as a sentence.
+    let cannot = |what: &str, url: &str, e: StoreError| match e {
+        StoreError::Unavailable(why) => {
+            wasmtime::format_err!("the store is unavailable: cannot use {what} at {url}: {why}")
+        }
+        other => wasmtime::format_err!("cannot use {what} at {url}: {}", store_failure(&other)),
+    };
+    match target {
+        Target::Memory => Ok((
+            Arc::new(MemoryBackend::default()),
+            "the in-memory store".into(),
+        )),
+        Target::Redis {
+            url,
+            cluster,
+            replica_acks,
+            prefix,
+        } => {
+            let mut config = RedisConfig::new(url.clone());
+            config.prefix = prefix.clone();
+            config.cluster = *cluster;
+            config.replica_acks = *replica_acks;
+            if let Some(timeout) = redis_response_timeout {
+                config.response_timeout = timeout;
+            }
+            let what = if *cluster {
+                "the Redis Cluster"
+            } else {
+                "Redis"
+            };
+            let backend = RedisBackend::connect(config)
+                .await
+                .map_err(|e| cannot(what, url, e))?;
+            let acks = match replica_acks {
+                0 => String::new(),
+                n => format!(", writes held by {n} replicas"),
+            };
+            Ok((
+                Arc::new(backend),
+                format!("{what} at {url} (prefix {prefix}{acks})"),
+            ))
+        }
+        Target::Nats {
+            url,
+            prefix,
+            replicas,
+        } => {
+            let mut config = NatsConfig::new(url);
+            config.stream = NatsConfig::stream_for(prefix);
+            config.subject_prefix = prefix.clone();
+            if let Some(replicas) = replicas {
+                config.replicas = *replicas;
+            }
+            let backend = NatsBackend::connect(config)
+                .await
+                .map_err(|e| cannot("NATS", url, e))?;
+            Ok((
+                Arc::new(backend),
+                format!(
+                    "NATS JetStream at {url} (stream {})",
+                    NatsConfig::stream_for(prefix)
+                ),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_seeds_without_a_scheme_take_the_first_seeds_scheme_and_credentials() {
+        assert_eq!(
+            cluster_seeds("redis://127.0.0.1:7301,127.0.0.1:7302, 127.0.0.1:7303 ,"),
+            Ok("redis://127.0.0.1:7301,redis://127.0.0.1:7302,redis://127.0.0.1:7303".into())
+        );
+        assert_eq!(
+            cluster_seeds("rediss://ann:secret@db1:7000/0,db2:7001,redis://db3:7002"),
+            Ok(
+                "rediss://ann:secret@db1:7000/0,rediss://ann:secret@db2:7001/0,redis://db3:7002"
+                    .into()
+            )
+        );
+        assert_eq!(
+            cluster_seeds("10.0.0.1:7000,[::1]:7001"),
+            Ok("redis://10.0.0.1:7000,redis://[::1]:7001".into())
+        );
+        for bad in [
+            "",
+            " , ",
+            "http://127.0.0.1:7301",
+            "unix:///tmp/redis.sock",
+            "redis://127.0.0.1:7301,:7302",
+            "redis://127.0.0.1:7301,127.0.0.1",
+            "redis://127.0.0.1:7301,127.0.0.1:notaport",
+            "redis://127.0.0.1:7301,127.0.0.1:0",
+            "redis://127.0.0.1:7301,127.0.0.1:70000",
+            "redis://127.0.0.1:7301,bad host:7302",
+        ] {
+            assert!(cluster_seeds(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_redis_url_variable_is_unset() {
+        assert_eq!(default_redis_url(None), "redis://127.0.0.1:6379");
+        assert_eq!(
+            default_redis_url(Some(String::new())),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(
+            default_redis_url(Some("  ".into())),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(
+            default_redis_url(Some("redis://db:6380".into())),
+            "redis://db:6380"
+        );
+    }
+}

@@ -1,0 +1,18 @@
+//! The `coord` command's suites, in one test binary: `coord serve` over real
+//! HTTP, its admin listener, requests its deadline cuts, hostile clients,
+//! and the operator's commands. Each runs the built `coord` binary.
+//!
+//! `cargo test -p coord-cli --test cli -- serve::` runs one suite. The
+//! harness and the server spawners are coord-testing's.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+use coord_testing as common;
+
+// The `coord serve` process the suites drive.
+mod process;
+
+mod operate;
+mod serve;
+mod serve_admin;
+mod serve_cut;
+mod serve_hostile;

@@ -1,0 +1,228 @@
+//! `coord serve` and the example function as outside testers attacked them:
+//! a made-up lock at the fenced write boundary, retried writes, a table grown
+//! without bound, and clients that send slowly.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use crate::process::Serve;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The outside testers' forged lock: a made-up owner and the largest fence.
+fn forged(item: &str, owner: &str, fence: &str) -> String {
+    serde_json::json!({
+        "id": "inventory.stock",
+        "resource": format!("item:{item}"),
+        "owner": owner,
+        "fence": fence,
+        "ttlMs": 10000,
+        "expiresAt": 0,
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_made_up_lock_cannot_write_and_honest_writers_are_not_locked_out() {
+    let serve = Serve::start(&[]);
+    let zeros = "0".repeat(32);
+    let attack = forged("victim", &zeros, &u64::MAX.to_string());
+    let refused = serve
+        .call("POST", "/items/victim/adjust?delta=-50", None, &attack)
+        .await;
+    assert_eq!(refused.status, 409, "{}", refused.json);
+    assert_eq!(refused.json["field"], "body", "{}", refused.json);
+    let shown = serve.call("GET", "/items/victim", None, "").await;
+    assert_eq!(shown.json["stock"], 100, "nothing was written");
+    assert_eq!(shown.json["fence"], "0", "no fence was recorded");
+    let honest = serve
+        .call("POST", "/items/victim/adjust?delta=-1", None, "")
+        .await;
+    assert_eq!(
+        honest.status, 200,
+        "an honest adjust still works: {}",
+        honest.json
+    );
+
+    // While someone really holds the lock, its public fence with a made-up
+    // owner is refused too.
+    let held = serve.call("POST", "/items/victim/lock", None, "").await;
+    assert_eq!(held.status, 200, "{}", held.json);
+    let fence = held.json["fence"].as_str().unwrap();
+    let impostor = forged("victim", &"f".repeat(32), fence);
+    let refused = serve
+        .call("POST", "/items/victim/adjust?delta=-50", None, &impostor)
+        .await;
+    assert_eq!(refused.status, 409, "{}", refused.json);
+    assert_eq!(refused.json["field"], "body");
+    let real = serve
+        .call(
+            "POST",
+            "/items/victim/adjust?delta=-2",
+            None,
+            &held.json.to_string(),
+        )
+        .await;
+    assert_eq!(
+        real.status, 200,
+        "the holder's own lock writes: {}",
+        real.json
+    );
+    assert_eq!(real.json["stock"], 97);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_adjust_with_its_idempotency_key_applies_once() {
+    let serve = Serve::start(&[]);
+    let key = [("idempotency-key", "order-7")];
+    let first = serve
+        .call_with("POST", "/items/plum/adjust?delta=-7", &key, "")
+        .await;
+    assert_eq!(first.status, 200, "{}", first.json);
+    assert_eq!(first.json["stock"], 93);
+    // Another write lands in between; the retry (its first reply lost, as a
+    // 503 for a write that applied would be) answers as the first did.
+    let other = serve
+        .call("POST", "/items/plum/adjust?delta=-1", None, "")
+        .await;
+    assert_eq!(other.json["stock"], 92);
+    for _ in 0..3 {
+        let retry = serve
+            .call_with("POST", "/items/plum/adjust?delta=-7", &key, "")
+            .await;
+        assert_eq!(retry.status, 200, "{}", retry.json);
+        assert_eq!(retry.json["stock"], 93, "the first answer");
+        assert_eq!(retry.json["fence"], first.json["fence"]);
+        assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    }
+    let shown = serve.call("GET", "/items/plum", None, "").await;
+    assert_eq!(shown.json["stock"], 92, "applied once");
+
+    let reused = serve
+        .call_with("POST", "/items/plum/adjust?delta=-3", &key, "")
+        .await;
+    assert_eq!(reused.status, 422, "{}", reused.json);
+    assert_eq!(reused.json["field"], "idempotency-key");
+    let long = "k".repeat(129);
+    let too_long = serve
+        .call_with(
+            "POST",
+            "/items/plum/adjust?delta=-1",
+            &[("idempotency-key", &long)],
+            "",
+        )
+        .await;
+    assert_eq!(too_long.status, 400);
+    assert_eq!(too_long.json["field"], "idempotency-key");
+    assert_eq!(
+        serve.call("GET", "/items/plum", None, "").await.json["stock"],
+        92
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cannot_grow_the_stock_table_without_bound() {
+    let serve = Serve::start(&[]);
+    // A new item that does not change writes no row.
+    let zero = serve
+        .call("POST", "/items/ghost/adjust?delta=0", None, "")
+        .await;
+    assert_eq!(zero.status, 200, "{}", zero.json);
+    let exports = serve.call("POST", "/exports", Some("ann"), "").await;
+    assert_eq!(
+        exports.json["items"].as_array().unwrap().len(),
+        0,
+        "{}",
+        exports.json
+    );
+    let long = "x".repeat(65);
+    let named = serve
+        .call("POST", &format!("/items/{long}/adjust?delta=-1"), None, "")
+        .await;
+    assert_eq!(named.status, 400);
+    assert_eq!(named.json["field"], "item");
+
+    // The table holds 1000 items; the 1001st new one is refused.
+    for n in 0..1000 {
+        let made = serve
+            .call("POST", &format!("/items/i{n}/adjust?delta=-1"), None, "")
+            .await;
+        assert_eq!(made.status, 200, "item {n}: {}", made.json);
+    }
+    let full = serve
+        .call("POST", "/items/one-more/adjust?delta=-1", None, "")
+        .await;
+    assert_eq!(full.status, 409, "{}", full.json);
+    assert_eq!(full.json["field"], "item");
+    let existing = serve
+        .call("POST", "/items/i0/adjust?delta=-1", None, "")
+        .await;
+    assert_eq!(existing.status, 200, "items already there still adjust");
+    assert_eq!(existing.json["stock"], 98);
+}
+
+/// Open a connection and send a request's headers and the first byte of a
+/// 100-byte body, then nothing more.
+async fn slow_body(address: &str) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(
+            b"POST /items/slow/adjust?delta=-1 HTTP/1.1\r\nhost: x\r\n\
+              content-length: 100\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+    stream
+}
+
+/// Read what the server sends until it closes the connection.
+async fn read_to_close(stream: &mut tokio::net::TcpStream) -> String {
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply).await;
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_get_408_and_never_starve_a_fast_one() {
+    // As many slow clients as there are instances: before, every other
+    // request was 503 for over 200 s and the slow ones were never answered.
+    let serve = Serve::start(&["--max-requests", "3", "--read-timeout-ms", "1000"]);
+    let started = Instant::now();
+    let mut slow = Vec::new();
+    for _ in 0..3 {
+        slow.push(slow_body(&serve.address).await);
+    }
+    let mut slow_headers = tokio::net::TcpStream::connect(&serve.address)
+        .await
+        .unwrap();
+    slow_headers
+        .write_all(b"GET /items/slow HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..5 {
+        let fast = serve.call("GET", "/items/fast", None, "").await;
+        assert_eq!(fast.status, 200, "a fast client is served: {}", fast.json);
+    }
+    for mut stream in slow {
+        let reply = common::bounded(read_to_close(&mut stream)).await;
+        assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+        assert!(reply.contains("\"field\":\"body\""), "{reply}");
+    }
+    // Headers that never end: the connection is closed (hyper answers 408).
+    let reply = common::bounded(read_to_close(&mut slow_headers)).await;
+    assert!(
+        reply.is_empty() || reply.starts_with("HTTP/1.1 408"),
+        "{reply}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "slow clients were cut off at their read timeout, not held: {:?}",
+        started.elapsed()
+    );
+    let after = serve.call("GET", "/items/slow", None, "").await;
+    assert_eq!(
+        after.json["stock"], 100,
+        "a body that never arrived wrote nothing"
+    );
+}

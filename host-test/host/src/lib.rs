@@ -1,0 +1,510 @@
+//! Embed coord in a wasmtime host.
+//!
+//! coord's coordination logic lives in one WebAssembly component
+//! ([`COMPONENT`], built from `component/` by this crate's build script). The
+//! component imports one capability, `coord:sync/store`, and this crate
+//! supplies it from a [`backend::Backend`]: [`backend::memory::MemoryBackend`]
+//! here (one process, any number of instances), or the crates `coord-redis`
+//! (one server or a Redis Cluster) and `coord-nats` (NATS JetStream, one
+//! server or a cluster), or a store of your own.
+//!
+//! [`Runtime`] compiles the component once and pre-links it
+//! (`InstancePre`, pooling allocator), so an [`Instance`] per request is
+//! cheap; each instance is its own wasmtime `Store`, and all instances of a
+//! runtime share its backend.
+//!
+//! ```no_run
+//! # async fn demo() -> wasmtime::Result<()> {
+//! use std::sync::Arc;
+//! use coord_host::{Runtime, backend::memory::MemoryBackend, lock::*};
+//!
+//! let runtime = Runtime::new(Arc::new(MemoryBackend::default()))?;
+//! let mut instance = runtime.instantiate().await?;
+//! let options = AcquireOptions::new().ttl_ms(10_000).no_wait();
+//! match instance.acquire("inventory.stock", "item:42", options).await?? {
+//!     AcquireOutcome::Acquired(lock) => {
+//!         // ... write, presenting lock.fence at the write boundary ...
+//!         instance.release(&lock).await??;
+//!     }
+//!     AcquireOutcome::Busy(holder) => println!("busy for {} ms more", holder.remaining_ms),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! This crate compiles none of the stores' clients, the edge runtime
+//! (`coord-serve`) or the command line (`coord-cli`).
+//!
+//! An embedder with a wasmtime `Linker` and a state of its own links
+//! coord's imports with [`add_to_linker`] and calls the exports through
+//! [`bindings::Coordinator`] (`examples/embed` is such a host).
+
+pub mod backend;
+pub mod bindings;
+pub mod clock;
+pub mod holdings;
+mod host;
+pub mod lease_manager;
+pub mod with_lock;
+
+use std::sync::Arc;
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::error::Context as _;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+
+use backend::Backend;
+pub use host::HostState;
+
+/// The lock interface's types, as the host sees them (`coord:sync/lock`).
+pub mod lock {
+    pub use crate::bindings::exports::coord::sync::lock::{
+        AcquireOptions, AcquireOutcome, Error, ExtendOutcome, HeldLock, Holder, InvalidArgument,
+        Retry, WaitPolicy,
+    };
+
+    /// The WIT's defaults: a 30 s TTL, and up to 2 s of waiting.
+    impl Default for AcquireOptions {
+        fn default() -> Self {
+            AcquireOptions {
+                ttl_ms: None,
+                wait: None,
+            }
+        }
+    }
+
+    impl AcquireOptions {
+        /// The WIT's defaults ([`Default`]), to change with the methods below:
+        /// `AcquireOptions::new().ttl_ms(10_000).no_wait()`.
+        pub fn new() -> Self {
+            AcquireOptions::default()
+        }
+
+        /// Hold the lock for `ttl_ms` milliseconds unless extended (1 to
+        /// 86 400 000; the WIT's default is 30 000).
+        #[must_use]
+        pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
+            self.ttl_ms = Some(ttl_ms);
+            self
+        }
+
+        /// When the lock is held, answer `busy` at once.
+        #[must_use]
+        pub fn no_wait(self) -> Self {
+            self.wait(WaitPolicy::NoWait)
+        }
+
+        /// When the lock is held, keep trying (woken by each release or
+        /// expiry) until `ms` milliseconds of store time have passed (0 to
+        /// 600 000).
+        #[must_use]
+        pub fn wait_up_to(self, ms: u64) -> Self {
+            self.wait(WaitPolicy::Timeout(ms))
+        }
+
+        /// When the lock is held, follow `policy`.
+        #[must_use]
+        pub fn wait(mut self, policy: WaitPolicy) -> Self {
+            self.wait = Some(policy);
+            self
+        }
+    }
+}
+
+/// The lease interface's types, as the host sees them (`coord:sync/lease`).
+pub mod lease {
+    pub use crate::bindings::exports::coord::sync::lease::{
+        Error, HeldLease, Holder, InvalidArgument,
+    };
+}
+
+/// The ephemeral-state interface's types, as the host sees them (`coord:sync/ephemeral`).
+pub mod ephemeral {
+    pub use crate::bindings::exports::coord::sync::ephemeral::{
+        Entry, Error, Event, InvalidArgument, Removed, Space, TenantSnapshot, Written,
+    };
+
+    /// A watch open in one [`crate::Instance`]; use it only with that instance,
+    /// and close it with [`crate::Instance::close_watch`].
+    #[derive(Debug)]
+    pub struct Watcher(pub(crate) wasmtime::component::ResourceAny);
+}
+
+/// The rate limiter's types, as the host sees them (`coord:sync/ratelimit`).
+pub mod ratelimit {
+    pub use crate::bindings::exports::coord::sync::ratelimit::{
+        Algorithm, Decision, Error, InvalidArgument, Limiter,
+    };
+}
+
+/// The coord component (`coord.wasm`), built from `component/`.
+pub const COMPONENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/coord.wasm"));
+
+/// How many component instances may be alive at once in one [`Runtime`].
+pub const MAX_INSTANCES: u32 = 1000;
+
+/// A compiled, pre-linked coord component over one store backend. Cloning
+/// is cheap: the clones share the compiled component and the backend.
+#[derive(Clone)]
+pub struct Runtime {
+    engine: Engine,
+    pre: bindings::CoordinatorPre<HostState>,
+    backend: Arc<dyn Backend>,
+}
+
+impl Runtime {
+    /// The built-in component over `backend`.
+    pub fn new(backend: Arc<dyn Backend>) -> wasmtime::Result<Self> {
+        Runtime::with_component(COMPONENT, backend)
+    }
+
+    /// A component given as bytes (a `.wasm` component, or one precompiled by
+    /// this engine's configuration) over `backend`.
+    pub fn with_component(bytes: &[u8], backend: Arc<dyn Backend>) -> wasmtime::Result<Self> {
+        Runtime::with_config(bytes, &engine_config(), backend)
+    }
+
+    /// A component given as bytes, compiled with an engine configuration of
+    /// the embedder's own (its pooling limits, or none, for example under a
+    /// profiler that cannot reserve the pool's address space).
+    pub fn with_config(
+        bytes: &[u8],
+        config: &Config,
+        backend: Arc<dyn Backend>,
+    ) -> wasmtime::Result<Self> {
+        let engine = Engine::new(config)?;
+        let component = Component::new(&engine, bytes).context("loading the coord component")?;
+        let mut linker = Linker::new(&engine);
+        add_to_linker(&mut linker, |state| state)?;
+        let pre = bindings::CoordinatorPre::new(linker.instantiate_pre(&component)?)?;
+        Ok(Runtime {
+            engine,
+            pre,
+            backend,
+        })
+    }
+
+    /// The wasmtime engine the component was compiled with.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The backend every instance of this runtime shares.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// A fresh component instance in a wasmtime `Store` of its own.
+    pub async fn instantiate(&self) -> wasmtime::Result<Instance> {
+        let mut store = Store::new(&self.engine, HostState::new(self.backend.clone()));
+        let coordinator = self.pre.instantiate_async(&mut store).await?;
+        Ok(Instance { store, coordinator })
+    }
+}
+
+/// Link every import of `coord.wasm` (`coord:sync/store` and
+/// `wasi:random/random`) into an embedder's own `linker`, served for each
+/// wasmtime `Store` by the [`HostState`] that `get` finds in the embedder's
+/// state. Instantiate the component with [`bindings::Coordinator`] and call
+/// its exports (`coordinator.coord_sync_lock().call_acquire(&mut store, …)`).
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut HostState,
+) -> wasmtime::Result<()> {
+    bindings::Coordinator::add_to_linker::<T, HasSelf<HostState>>(linker, get)
+}
+
+/// The engine configuration every runtime uses: the pooling allocator, for
+/// cheap instantiation. (Async host calls need no setting in wasmtime 48.)
+pub fn engine_config() -> Config {
+    pooled_config(MAX_INSTANCES, &PoolSlot::ONE_MODULE)
+}
+
+/// The most an instance's linear memory may grow to (each memory's slot in
+/// the pool).
+pub const MAX_MEMORY_BYTES: u64 = 64 << 20;
+
+/// What one instance takes from the pool: its core instances, memories
+/// and tables, and the per-module bounds of each.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolSlot {
+    /// Core module instances per instance.
+    pub core_instances: u32,
+    /// Linear memories per instance.
+    pub memories: u32,
+    /// Tables per instance.
+    pub tables: u32,
+    /// The most memories one core module defines.
+    pub memories_per_module: u32,
+    /// The most tables one core module defines.
+    pub tables_per_module: u32,
+    /// The most elements one table may hold.
+    pub table_elements: usize,
+}
+
+impl PoolSlot {
+    /// The coord component alone: one module, one memory, one table.
+    pub const ONE_MODULE: PoolSlot = PoolSlot {
+        core_instances: 1,
+        memories: 1,
+        tables: 1,
+        memories_per_module: 1,
+        tables_per_module: 1,
+        table_elements: 20_000,
+    };
+}
+
+/// A configuration with the pooling allocator sized for `instances`
+/// instances of `slot` each.
+///
+/// Freed slots are reset without `madvise` where that is cheaper: the
+/// resident pages of a memory, table or async stack are found with Linux's
+/// `PAGEMAP_SCAN` (6.7+) and zeroed in place, and the remaining decommits are
+/// batched. Otherwise each freed instance costs an `madvise` whose TLB
+/// shootdown interrupts every core — measured as 70 % of `coord serve`'s time
+/// under load (BENCHMARKS.md, "Edge runtime over HTTP").
+pub fn pooled_config(instances: u32, slot: &PoolSlot) -> Config {
+    let total = |per_instance: u32| instances.saturating_mul(per_instance.max(1));
+    let mut pooling = PoolingAllocationConfig::default();
+    pooling
+        .total_component_instances(instances)
+        .total_core_instances(total(slot.core_instances))
+        .total_memories(total(slot.memories))
+        .total_tables(total(slot.tables))
+        .max_memories_per_module(slot.memories_per_module.max(1))
+        .max_tables_per_module(slot.tables_per_module.max(1))
+        .table_elements(slot.table_elements)
+        .max_memory_size(MAX_MEMORY_BYTES as usize)
+        .pagemap_scan(wasmtime::Enabled::Auto)
+        .linear_memory_keep_resident(2 << 20)
+        .table_keep_resident(64 << 10)
+        .async_stack_keep_resident(256 << 10)
+        .decommit_batch_size(1);
+    let mut config = Config::new();
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+    config
+}
+
+/// One coord component instance. The outer `Result` of each call is a trap
+/// (a bug in the component or host, never caller input); the inner one is
+/// the WIT `result`.
+pub struct Instance {
+    store: Store<HostState>,
+    coordinator: bindings::Coordinator,
+}
+
+/// What a lock call returns: a trap, or the interface's own result.
+pub type LockResult<T> = wasmtime::Result<Result<T, lock::Error>>;
+
+/// What a lease call returns: a trap, or the interface's own result.
+pub type LeaseResult<T> = wasmtime::Result<Result<T, lease::Error>>;
+
+/// What an ephemeral call returns: a trap, or the interface's own result.
+pub type EphemeralResult<T> = wasmtime::Result<Result<T, ephemeral::Error>>;
+
+/// What a rate-limit call returns: a trap, or the interface's own result.
+pub type RatelimitResult<T> = wasmtime::Result<Result<T, ratelimit::Error>>;
+
+impl Instance {
+    /// How many store calls this instance has made so far.
+    pub fn store_calls(&self) -> u64 {
+        self.store.data().store_calls()
+    }
+
+    /// `coord:sync/lock.acquire`.
+    pub async fn acquire(
+        &mut self,
+        id: &str,
+        resource: &str,
+        options: lock::AcquireOptions,
+    ) -> LockResult<lock::AcquireOutcome> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_acquire(&mut self.store, id, resource, options)
+            .await
+    }
+
+    /// `coord:sync/lock.release`.
+    pub async fn release(&mut self, held: &lock::HeldLock) -> LockResult<bool> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_release(&mut self.store, held).await
+    }
+
+    /// `coord:sync/lock.extend`.
+    pub async fn extend(
+        &mut self,
+        held: &lock::HeldLock,
+        ttl_ms: Option<u64>,
+    ) -> LockResult<lock::ExtendOutcome> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_extend(&mut self.store, held, ttl_ms).await
+    }
+
+    /// `coord:sync/lock.is-held`: whether this acquisition still holds its
+    /// lock (the commit-point check before a write).
+    pub async fn is_held(&mut self, held: &lock::HeldLock) -> LockResult<bool> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_is_held(&mut self.store, held).await
+    }
+
+    /// `coord:sync/lock.inspect`.
+    pub async fn inspect(&mut self, id: &str, resource: &str) -> LockResult<Option<lock::Holder>> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_inspect(&mut self.store, id, resource).await
+    }
+
+    /// `coord:sync/lock.force-release`.
+    pub async fn force_release(&mut self, id: &str, resource: &str) -> LockResult<bool> {
+        let lock = self.coordinator.coord_sync_lock();
+        lock.call_force_release(&mut self.store, id, resource).await
+    }
+
+    /// `coord:sync/lease.acquire`: acquire, adopt or take over `name` for `node`.
+    pub async fn lease_acquire(
+        &mut self,
+        name: &str,
+        node: &str,
+        ttl_ms: u64,
+    ) -> LeaseResult<lease::HeldLease> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease
+            .call_acquire(&mut self.store, name, node, ttl_ms)
+            .await
+    }
+
+    /// `coord:sync/lease.renew`.
+    pub async fn lease_renew(&mut self, held: &lease::HeldLease) -> LeaseResult<lease::HeldLease> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease.call_renew(&mut self.store, held).await
+    }
+
+    /// `coord:sync/lease.check`: the commit-point check before a write.
+    pub async fn lease_check(&mut self, held: &lease::HeldLease) -> LeaseResult<lease::HeldLease> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease.call_check(&mut self.store, held).await
+    }
+
+    /// `coord:sync/lease.resign`.
+    pub async fn lease_resign(&mut self, held: &lease::HeldLease) -> LeaseResult<bool> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease.call_resign(&mut self.store, held).await
+    }
+
+    /// `coord:sync/lease.observe`.
+    pub async fn lease_observe(&mut self, name: &str) -> LeaseResult<Option<lease::Holder>> {
+        let lease = self.coordinator.coord_sync_lease();
+        lease.call_observe(&mut self.store, name).await
+    }
+
+    /// `coord:sync/ephemeral.upsert`.
+    pub async fn upsert(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        key: &str,
+        value: &[u8],
+    ) -> EphemeralResult<ephemeral::Written> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.call_upsert(&mut self.store, space, tenant, key, value)
+            .await
+    }
+
+    /// `coord:sync/ephemeral.touch`.
+    pub async fn touch(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        key: &str,
+    ) -> EphemeralResult<bool> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.call_touch(&mut self.store, space, tenant, key).await
+    }
+
+    /// `coord:sync/ephemeral.delete`.
+    pub async fn delete(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        key: &str,
+    ) -> EphemeralResult<bool> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.call_delete(&mut self.store, space, tenant, key).await
+    }
+
+    /// `coord:sync/ephemeral.snapshot`.
+    pub async fn snapshot(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        prefix: Option<&str>,
+    ) -> EphemeralResult<ephemeral::TenantSnapshot> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.call_snapshot(&mut self.store, space, tenant, prefix)
+            .await
+    }
+
+    /// `coord:sync/ephemeral.watch`.
+    pub async fn watch(
+        &mut self,
+        space: &ephemeral::Space,
+        tenant: &str,
+        prefix: Option<&str>,
+        after: Option<u64>,
+    ) -> EphemeralResult<ephemeral::Watcher> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        let watcher = eph
+            .call_watch(&mut self.store, space, tenant, prefix, after)
+            .await?;
+        Ok(watcher.map(ephemeral::Watcher))
+    }
+
+    /// `watcher.next`: the next event, waiting up to `timeout_ms` for one.
+    pub async fn next_event(
+        &mut self,
+        watcher: &ephemeral::Watcher,
+        timeout_ms: u64,
+    ) -> EphemeralResult<Option<ephemeral::Event>> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.watcher()
+            .call_next(&mut self.store, watcher.0, timeout_ms)
+            .await
+    }
+
+    /// `watcher.revision`: where to resume this watch from.
+    pub async fn watch_revision(&mut self, watcher: &ephemeral::Watcher) -> wasmtime::Result<u64> {
+        let eph = self.coordinator.coord_sync_ephemeral();
+        eph.watcher()
+            .call_revision(&mut self.store, watcher.0)
+            .await
+    }
+
+    /// `coord:sync/ratelimit.check`.
+    pub async fn check(
+        &mut self,
+        limiter: &ratelimit::Limiter,
+        key: &str,
+        cost: Option<u32>,
+    ) -> RatelimitResult<ratelimit::Decision> {
+        let rl = self.coordinator.coord_sync_ratelimit();
+        rl.call_check(&mut self.store, limiter, key, cost).await
+    }
+
+    /// `coord:sync/ratelimit.peek`.
+    pub async fn peek(
+        &mut self,
+        limiter: &ratelimit::Limiter,
+        key: &str,
+    ) -> RatelimitResult<ratelimit::Decision> {
+        let rl = self.coordinator.coord_sync_ratelimit();
+        rl.call_peek(&mut self.store, limiter, key).await
+    }
+
+    /// `coord:sync/ratelimit.reset`.
+    pub async fn reset(&mut self, limiter: &ratelimit::Limiter, key: &str) -> RatelimitResult<()> {
+        let rl = self.coordinator.coord_sync_ratelimit();
+        rl.call_reset(&mut self.store, limiter, key).await
+    }
+
+    /// Close a watch, freeing its state in the component.
+    pub async fn close_watch(&mut self, watcher: ephemeral::Watcher) -> wasmtime::Result<()> {
+        watcher.0.resource_drop_async(&mut self.store).await
+    }
+}

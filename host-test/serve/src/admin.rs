@@ -1,0 +1,92 @@
+//! `coord serve --admin ADDR`: a listener apart from the functions' one,
+//! for the operator: `/metrics` (Prometheus' text format 0.0.4, or
+//! OpenMetrics text to a scraper whose `Accept` header asks for it),
+//! `/healthz` (the process is up) and `/readyz` (the store can take a write).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use tokio::net::TcpListener;
+use wasmtime_wasi_http::io::TokioIo;
+
+use super::metrics::{Format, ServeMetrics};
+use coord_host::backend::Backend;
+
+/// How long `/readyz` waits for the store's clock before answering 503.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Serve the admin routes on `listener` until the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<ServeMetrics>,
+    store: Arc<dyn Backend>,
+) -> std::io::Result<()> {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let (metrics, store) = (metrics.clone(), store.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let (metrics, store) = (metrics.clone(), store.clone());
+                async move { Ok::<_, std::convert::Infallible>(route(request, &metrics, &store).await) }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(client), service)
+                .await;
+        });
+    }
+}
+
+async fn route(
+    request: hyper::Request<Incoming>,
+    metrics: &ServeMetrics,
+    store: &Arc<dyn Backend>,
+) -> hyper::Response<Full<Bytes>> {
+    match (request.method().as_str(), request.uri().path()) {
+        ("GET", "/metrics") => {
+            let accept = request
+                .headers()
+                .get_all(hyper::header::ACCEPT)
+                .iter()
+                .filter_map(|value| value.to_str().ok())
+                .collect::<Vec<_>>()
+                .join(",");
+            let format = Format::negotiate(Some(&accept));
+            reply(200, format.content_type(), metrics.encode(format))
+        }
+        ("GET", "/healthz") => reply(200, "text/plain", "ok\n".into()),
+        ("GET", "/readyz") => match tokio::time::timeout(READY_TIMEOUT, store.ready()).await {
+            Ok(Ok(())) => reply(200, "text/plain", "ready\n".into()),
+            Ok(Err(error)) => reply(503, "text/plain", format!("store unavailable: {error:?}\n")),
+            Err(_) => reply(
+                503,
+                "text/plain",
+                format!(
+                    "the store did not answer within {} ms\n",
+                    READY_TIMEOUT.as_millis()
+                ),
+            ),
+        },
+        _ => reply(
+            404,
+            "text/plain",
+            "no such admin route: /metrics, /healthz, /readyz\n".into(),
+        ),
+    }
+}
+
+fn reply(status: u16, content_type: &'static str, body: String) -> hyper::Response<Full<Bytes>> {
+    let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}

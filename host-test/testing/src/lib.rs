@@ -1,0 +1,386 @@
+//! coord's test kit: what every host test suite shares, and what a
+//! third-party store backend needs to test itself as coord's are tested.
+//!
+//! - [`Harness`]: a backend, a clock the test moves, and its waiters; made
+//!   by [`memory`], [`redis`], [`redis_cluster`] and [`nats`], or by
+//!   [`Harness::new`] for a backend of your own.
+//! - [`per_backend!`]: a suite written once as `async fn name(h: Harness)`,
+//!   instantiated for every backend, each test under the [`watchdog`].
+//! - [`conformance`]: the store contract (`wit/store.wit`) as functions
+//!   over a [`Harness`]; [`conformance_suite!`] runs them all on yours.
+//! - [`faulty`], [`recording`]: backends that fail, stall or record calls;
+//!   [`stall_proxy`]: a TCP proxy that stalls a real server.
+//! - Server spawners ([`RedisServer`], [`RedisCluster`], [`NatsServer`],
+//!   [`nats_cluster`]) that start what a test needs when the machine has
+//!   none; [`history`] and [`fault_run`]: the checker of a concurrent
+//!   history of grants and writes.
+//!
+//! The integration suites of the host crates are this crate's `tests/all`.
+
+#![allow(clippy::unwrap_used)] // a test kit: a panic is the failure report
+
+use std::sync::Arc;
+
+use coord_host::backend::Backend;
+use coord_host::backend::memory::MemoryBackend;
+use coord_host::clock::ManualClock;
+use coord_nats::{NatsBackend, NatsConfig};
+use coord_redis::{RedisBackend, RedisConfig};
+
+pub mod conformance;
+pub mod fault_run;
+pub mod faulty;
+pub mod history;
+pub mod nats_cluster;
+mod nats_server;
+pub mod recording;
+pub mod redis_cluster;
+mod redis_server;
+pub mod stall_proxy;
+pub mod watchdog;
+pub use nats_server::{NatsServer, nats_server_binary, nats_url, server_version};
+pub use redis_cluster::{RedisCluster, redis_cluster_url};
+pub use redis_server::{RedisServer, free_ports, redis_url};
+pub use watchdog::{Progress, ProgressBackend, QUIET, watchdog};
+
+/// Where the manual clocks start: an ordinary Unix time in milliseconds.
+pub const T0: u64 = 1_750_000_000_000;
+
+/// A backend, a way to move its clock, and a way to see its blocked waiters.
+pub struct Harness {
+    /// The store under test, counting each successful call in `progress`.
+    pub backend: Arc<dyn Backend>,
+    /// What the hang detector of [`per_backend!`] watches (see [`watchdog`]).
+    progress: Progress,
+    clock: Arc<ManualClock>,
+    waiters: Box<dyn Fn(&str) -> usize + Send + Sync>,
+    /// The Redis URL and key prefix whose keys are deleted when the harness
+    /// drops (tests share the machine's Redis; partitions without a TTL
+    /// would otherwise stay there).
+    cleanup: Option<(String, String)>,
+    /// The NATS URL and stream deleted when the harness drops.
+    nats_cleanup: Option<(String, String)>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some((url, prefix)) = self.cleanup.take() {
+            delete_prefix(&url, &prefix);
+        }
+        if let Some((url, stream)) = self.nats_cleanup.take() {
+            delete_stream(url, stream);
+        }
+    }
+}
+
+/// Delete a test's stream (best effort), on a thread of its own: a drop
+/// cannot await, and may run inside the test's runtime.
+pub fn delete_stream(url: String, stream: String) {
+    let deleting = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async {
+            if let Ok(client) = async_nats::connect(url.as_str()).await {
+                let _ = async_nats::jetstream::new(client)
+                    .delete_stream(&stream)
+                    .await;
+            }
+        });
+    });
+    let _ = deleting.join();
+}
+
+/// Delete every key under `prefix` (best effort: a test's failure, not its
+/// cleanup, is the report that matters). `url` may list a cluster's nodes,
+/// comma-separated: each deletes its own keys (a replica's deletes fail).
+pub fn delete_prefix(url: &str, prefix: &str) {
+    for url in url.split(',') {
+        delete_prefix_on(url.trim(), prefix);
+    }
+}
+
+fn delete_prefix_on(url: &str, prefix: &str) {
+    let Ok(mut connection) = redis::Client::open(url).and_then(|c| c.get_connection()) else {
+        return;
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query(&mut connection)
+        .unwrap_or_default();
+    // One key per DEL: on a cluster, keys of different slots cannot share one.
+    for key in keys {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query(&mut connection);
+    }
+}
+
+impl Harness {
+    /// A harness on a backend of your own: `backend` must take its time
+    /// from `clock` (so tests move time instead of sleeping), and `waiters`
+    /// tells how many `wait` calls are blocked on a partition right now.
+    /// Each successful store call counts as progress for the [`watchdog`].
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        clock: Arc<ManualClock>,
+        waiters: impl Fn(&str) -> usize + Send + Sync + 'static,
+    ) -> Harness {
+        let progress = Progress::new();
+        Harness {
+            backend: Arc::new(ProgressBackend::new(backend, progress.clone())),
+            progress,
+            clock,
+            waiters: Box::new(waiters),
+            cleanup: None,
+            nats_cleanup: None,
+        }
+    }
+
+    /// A runtime (coord.wasm loaded) on this harness's store.
+    pub fn runtime(&self) -> Arc<coord_host::Runtime> {
+        Arc::new(coord_host::Runtime::new(self.backend.clone()).expect("load the component"))
+    }
+
+    /// A fresh runtime on this harness's store and an instance of it.
+    pub async fn runtime_and_instance(&self) -> (Arc<coord_host::Runtime>, coord_host::Instance) {
+        let runtime = self.runtime();
+        let instance = runtime.instantiate().await.expect("instantiate");
+        (runtime, instance)
+    }
+
+    /// An instance of a fresh runtime on this harness's store.
+    pub async fn instance(&self) -> coord_host::Instance {
+        self.runtime_and_instance().await.1
+    }
+
+    /// Move the store's clock forward.
+    pub fn advance(&self, ms: u64) {
+        self.clock.advance(ms);
+    }
+
+    /// The count of this harness's completed store calls.
+    pub fn progress(&self) -> Progress {
+        self.progress.clone()
+    }
+
+    /// The clock this harness moves.
+    pub fn clone_clock(&self) -> Arc<ManualClock> {
+        self.clock.clone()
+    }
+
+    /// How many waiters are blocked in `wait` on `partition` right now.
+    pub fn waiting(&self, partition: &str) -> usize {
+        (self.waiters)(partition)
+    }
+
+    /// Return once `n` waiters are blocked in `wait` on `partition`.
+    pub async fn until_waiting(&self, partition: &str, n: usize) {
+        while self.waiting(partition) != n {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// The in-memory backend on a manual clock, keeping `history` changes per partition.
+pub fn memory(history: usize) -> Harness {
+    let clock = Arc::new(ManualClock::new(T0));
+    let backend = Arc::new(MemoryBackend::with_history(clock.clone(), history));
+    let progress = Progress::new();
+    Harness {
+        backend: Arc::new(ProgressBackend::new(backend.clone(), progress.clone())),
+        progress,
+        clock,
+        waiters: Box::new(move |partition| backend.waiters(partition)),
+        cleanup: None,
+        nats_cleanup: None,
+    }
+}
+
+/// A Redis configuration for one test: its own key prefix (tests share the
+/// server and run in parallel), a short retention, and `clock` if given.
+pub fn redis_config(url: &str, history: usize, clock: Option<Arc<ManualClock>>) -> RedisConfig {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    RedisConfig {
+        prefix: format!("coordtest-{}-{n}", std::process::id()),
+        history,
+        retention_ms: 60_000,
+        test_clock: clock,
+        ..RedisConfig::new(url)
+    }
+}
+
+/// The Redis backend on a real server (see [`redis_url`]), with its "now"
+/// taken from a manual clock so TTL tests move time instead of sleeping.
+pub async fn redis(history: usize) -> Harness {
+    redis_harness(redis_url().await, history, false).await
+}
+
+/// The Redis backend on a three-master cluster (see [`redis_cluster_url`]),
+/// with its "now" taken from a manual clock, as [`redis`].
+pub async fn redis_cluster(history: usize) -> Harness {
+    let url = tokio::task::spawn_blocking(redis_cluster_url)
+        .await
+        .expect("the cluster starts");
+    redis_harness(url, history, true).await
+}
+
+/// A harness on the Redis server (or cluster) at `url`, its keys deleted
+/// when it drops.
+async fn redis_harness(url: String, history: usize, cluster: bool) -> Harness {
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = RedisConfig {
+        cluster,
+        ..redis_config(&url, history, Some(clock.clone()))
+    };
+    let cleanup = Some((url, config.prefix.clone()));
+    let backend = Arc::new(
+        RedisBackend::connect(config)
+            .await
+            .expect("connect to Redis"),
+    );
+    let progress = Progress::new();
+    Harness {
+        backend: Arc::new(ProgressBackend::new(backend.clone(), progress.clone())),
+        progress,
+        clock,
+        waiters: Box::new(move |partition| backend.waiters(partition)),
+        cleanup,
+        nats_cleanup: None,
+    }
+}
+
+/// A NATS configuration for one test: its own stream and subjects (tests
+/// share the server and run in parallel), a short retention, and `clock`.
+pub fn nats_config(url: &str, history: usize, clock: Option<Arc<ManualClock>>) -> NatsConfig {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let id = format!("{}_{n}", std::process::id());
+    NatsConfig {
+        stream: format!("COORDTEST_{id}"),
+        subject_prefix: format!("coordtest{id}"),
+        history,
+        retention_ms: 60_000,
+        test_clock: clock,
+        ..NatsConfig::new(url)
+    }
+}
+
+/// The NATS backend on a real server (see [`nats_url`]), with its "now"
+/// taken from a manual clock so TTL tests move time instead of sleeping.
+pub async fn nats(history: usize) -> Harness {
+    let url = nats_url();
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = nats_config(&url, history, Some(clock.clone()));
+    let nats_cleanup = Some((url.clone(), config.stream.clone()));
+    let backend = Arc::new(NatsBackend::connect(config).await.expect("connect to NATS"));
+    let progress = Progress::new();
+    Harness {
+        backend: Arc::new(ProgressBackend::new(backend.clone(), progress.clone())),
+        progress,
+        clock,
+        waiters: Box::new(move |partition| backend.waiters(partition)),
+        cleanup: None,
+        nats_cleanup,
+    }
+}
+
+/// Fail, rather than hang, if `f`, taken as one step, does not finish for
+/// [`QUIET`]: a hang detector for a single call or a short test with no
+/// harness to count its steps, never a speed target. Tests never wait for
+/// time to pass: this only guards against a deadlock.
+pub async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    watchdog(&Progress::new(), QUIET, f).await
+}
+
+/// Run `test` on `harness` under the [`watchdog`] of the harness's store
+/// calls.
+pub async fn watched<F: std::future::Future<Output = ()>>(
+    harness: Harness,
+    test: impl FnOnce(Harness) -> F,
+) {
+    let progress = harness.progress();
+    watchdog(&progress, QUIET, test(harness)).await
+}
+
+/// Let spawned tasks run until they block; no time passes on the store's clock.
+pub async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Instantiate each `async fn(Harness)` listed as a test per backend, each
+/// under the [`watchdog`]: it fails if no store call of the harness
+/// completes for [`QUIET`], not if the whole run is slow (the 64-instance
+/// runs took 2.3-3.1 s on Redis alone and over 30 s on a loaded machine).
+#[macro_export]
+macro_rules! per_backend {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let harness = $crate::memory(super::HISTORY);
+                    $crate::watched(harness, super::$name).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let harness = $crate::redis(super::HISTORY).await;
+                    $crate::watched(harness, super::$name).await
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let harness = $crate::redis_cluster(super::HISTORY).await;
+                    $crate::watched(harness, super::$name).await
+                }
+            )*
+        }
+        mod nats {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let harness = $crate::nats(super::HISTORY).await;
+                    $crate::watched(harness, super::$name).await
+                }
+            )*
+        }
+    };
+}
+
+/// An instance of a fresh runtime on `backend` (for a store a test wraps or
+/// starts itself, outside a [`Harness`]).
+pub async fn instance_on(backend: Arc<dyn Backend>) -> coord_host::Instance {
+    coord_host::Runtime::new(backend)
+        .expect("load the component")
+        .instantiate()
+        .await
+        .expect("instantiate")
+}
+
+/// No-wait acquire options with a TTL of `ttl_ms`.
+pub fn no_wait(ttl_ms: u64) -> coord_host::lock::AcquireOptions {
+    coord_host::lock::AcquireOptions::new()
+        .ttl_ms(ttl_ms)
+        .no_wait()
+}
+
+/// The entry a write applied; a conflict fails the test.
+pub fn applied(reply: coord_host::backend::WriteReply) -> coord_host::backend::Entry {
+    match reply.outcome {
+        coord_host::backend::Outcome::Applied(entry) => entry,
+        coord_host::backend::Outcome::Conflict(current) => {
+            panic!("expected applied, got conflict {current:?}")
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Redis restarted empty, flushed, killed, stopped and stalled: fences keep
+//! rising, and a call is `unavailable`, never busy or acquired.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{acquire, held, private_server};
+use crate::common::stall_proxy::StallProxy;
+use crate::common::{RedisServer, bounded, no_wait, redis_config};
+use coord_host::Runtime;
+use coord_host::backend::{Backend, StoreError};
+use coord_host::lock::*;
+use coord_redis::{RedisBackend, RedisConfig};
+
+#[tokio::test]
+async fn fences_stay_monotonic_across_a_restart_that_lost_the_data() {
+    bounded(async {
+        let (mut server, backend) = private_server().await;
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+        let before = held(acquire(&mut i, no_wait(60_000)).await);
+
+        server.stop();
+        server.start().unwrap(); // empty: it persists nothing
+        let after = loop {
+            match acquire(&mut i, no_wait(60_000)).await {
+                Err(Error::Unavailable(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                other => break held(other),
+            }
+        };
+        assert!(
+            after.fence > before.fence,
+            "fence {} after the restart <= {}",
+            after.fence,
+            before.fence
+        );
+
+        // FLUSHALL is the same loss without the restart.
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+        let flushed = held(acquire(&mut i, no_wait(60_000)).await);
+        assert!(flushed.fence > after.fence);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_killed_connection_is_unavailable_never_busy_or_acquired_then_recovers() {
+    bounded(async {
+        let (server, backend) = private_server().await;
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let (mut holder, mut rival) = (
+            runtime.instantiate().await.unwrap(),
+            runtime.instantiate().await.unwrap(),
+        );
+        let lock = held(acquire(&mut holder, no_wait(60_000)).await);
+
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(killed >= 1, "the backend's connection was killed");
+
+        let mut unavailable = 0;
+        let holder_seen = loop {
+            match acquire(&mut rival, no_wait(1000)).await {
+                Err(Error::Unavailable(_)) => unavailable += 1,
+                Ok(AcquireOutcome::Busy(holder)) => break holder,
+                other => panic!("a held lock must be busy or unavailable, got {other:?}"),
+            }
+            assert!(
+                unavailable < 50,
+                "no recovery after the connection was killed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(holder_seen.fence, lock.fence, "the holder survived");
+        assert!(holder.release(&lock).await.unwrap().unwrap());
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_stopped_server_is_unavailable_and_work_resumes_when_it_returns() {
+    bounded(async {
+        let (mut server, backend) = private_server().await;
+        let runtime = Runtime::new(backend.clone()).unwrap();
+        let mut i = runtime.instantiate().await.unwrap();
+        server.stop();
+        for _ in 0..3 {
+            match acquire(&mut i, no_wait(1000)).await {
+                Err(Error::Unavailable(_)) => {}
+                other => panic!("with Redis down: expected unavailable, got {other:?}"),
+            }
+        }
+        let now = backend.now().await;
+        assert!(matches!(now, Err(StoreError::Unavailable(_))), "{now:?}");
+        server.start().unwrap();
+        let mut tries = 0;
+        loop {
+            match acquire(&mut i, no_wait(1000)).await {
+                Ok(AcquireOutcome::Acquired(_)) => break,
+                Err(Error::Unavailable(_)) if tries < 100 => tries += 1,
+                other => panic!("after the restart: {other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_stall_longer_than_the_ttl_is_unavailable_and_the_late_holder_loses() {
+    bounded(async {
+        let server = RedisServer::spawn().expect("a private redis-server");
+        let port: u16 = server.url().rsplit(':').next().unwrap().parse().unwrap();
+        let proxy = StallProxy::start(port).await;
+        let via_proxy = RedisConfig {
+            response_timeout: Duration::from_millis(150),
+            ..redis_config(&format!("redis://127.0.0.1:{}", proxy.port), 64, None)
+        };
+        let prefix = via_proxy.prefix.clone();
+        let stalled_backend = Arc::new(RedisBackend::connect(via_proxy).await.unwrap());
+        let direct = RedisConfig {
+            prefix,
+            ..redis_config(&server.url(), 64, None)
+        };
+        let direct_backend = Arc::new(RedisBackend::connect(direct).await.unwrap());
+        let mut holder = Runtime::new(stalled_backend)
+            .unwrap()
+            .instantiate()
+            .await
+            .unwrap();
+        let mut rival = Runtime::new(direct_backend)
+            .unwrap()
+            .instantiate()
+            .await
+            .unwrap();
+
+        let lock = held(acquire(&mut holder, no_wait(300)).await);
+        proxy.stall(true);
+        // The holder cannot reach Redis: unavailable, never "extended" or "lost".
+        let extend = holder.extend(&lock, Some(10_000)).await.unwrap();
+        assert!(matches!(extend, Err(Error::Unavailable(_))), "{extend:?}");
+        // Its TTL runs out on Redis's clock; the rival, who can reach Redis, takes over.
+        let wait = AcquireOptions {
+            ttl_ms: Some(60_000),
+            wait: Some(WaitPolicy::Attempts(Retry {
+                max_attempts: 20,
+                delay_ms: 200,
+            })),
+        };
+        let taken = held(acquire(&mut rival, wait).await);
+        assert!(taken.fence > lock.fence);
+        proxy.stall(false);
+        // Back in touch, the late holder learns it lost the lock; the rival keeps it.
+        let release = loop {
+            match holder.release(&lock).await.unwrap() {
+                Err(Error::Unavailable(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                other => break other,
+            }
+        };
+        assert_eq!(release, Ok(false));
+        let holder_seen = rival
+            .inspect("inventory.stock", "item:1")
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(holder_seen.fence, taken.fence);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    bounded(async {
+        let (mut server, backend) = private_server().await;
+        let url = server.url();
+        let runtime = Arc::new(Runtime::new(backend).unwrap());
+        // The external system: per resource the highest fence seen; a write
+        // with a lower one is refused, so work done under a lock that Redis
+        // forgot is still ordered.
+        let register: Arc<Mutex<HashMap<String, (u64, u64)>>> = Arc::default();
+        let fences: Arc<Mutex<HashSet<(String, u64)>>> = Arc::default();
+        let (stop, unavailable, accepted) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let mut workers = Vec::new();
+        for w in 0..8u64 {
+            let (runtime, register, fences) = (runtime.clone(), register.clone(), fences.clone());
+            let (stop, unavailable, accepted) =
+                (stop.clone(), unavailable.clone(), accepted.clone());
+            workers.push(tokio::spawn(async move {
+                let mut i = runtime.instantiate().await.unwrap();
+                let mut n = w;
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    let resource = format!("item:{}", n % 3);
+                    let options = AcquireOptions::new().ttl_ms(2_000).no_wait();
+                    let lock = match i.acquire("stock", &resource, options).await.unwrap() {
+                        Ok(AcquireOutcome::Acquired(lock)) => lock,
+                        Ok(AcquireOutcome::Busy(_)) => continue,
+                        Err(Error::Unavailable(_)) => {
+                            unavailable.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            continue;
+                        }
+                        Err(other) => panic!("faults must surface as unavailable, got {other:?}"),
+                    };
+                    assert!(
+                        fences
+                            .lock()
+                            .unwrap()
+                            .insert((resource.clone(), lock.fence)),
+                        "a fence was reused"
+                    );
+                    {
+                        let mut cells = register.lock().unwrap();
+                        let (value, highest) = cells.entry(resource.clone()).or_default();
+                        if lock.fence >= *highest {
+                            *highest = lock.fence;
+                            *value += 1;
+                            accepted.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    match i.release(&lock).await.unwrap() {
+                        Ok(_) => {}
+                        Err(Error::Unavailable(_)) => {
+                            unavailable.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(other) => panic!("faults must surface as unavailable, got {other:?}"),
+                    }
+                }
+            }));
+        }
+        let client = redis::Client::open(url.as_str()).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for _ in 0..3 {
+            // Kill every client connection while the workers run...
+            let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+            let _: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .arg("SKIPME")
+                .arg("yes")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // ...then restart Redis empty under them.
+        server.stop();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        server.start().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.store(true, Ordering::SeqCst);
+        for w in workers {
+            w.await.unwrap();
+        }
+        let total: u64 = register.lock().unwrap().values().map(|(v, _)| v).sum();
+        assert_eq!(total, accepted.load(Ordering::SeqCst));
+        assert!(
+            unavailable.load(Ordering::SeqCst) > 0,
+            "the faults were seen"
+        );
+        // Work resumes: every resource can be taken and given back.
+        let mut i = runtime.instantiate().await.unwrap();
+        for r in 0..3 {
+            let options = AcquireOptions {
+                ttl_ms: Some(1000),
+                wait: Some(WaitPolicy::Attempts(Retry {
+                    max_attempts: 30,
+                    delay_ms: 200,
+                })),
+            };
+            let lock = loop {
+                match i
+                    .acquire("stock", &format!("item:{r}"), options)
+                    .await
+                    .unwrap()
+                {
+                    Ok(AcquireOutcome::Acquired(lock)) => break lock,
+                    Err(Error::Unavailable(_)) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await
+                    }
+                    other => panic!("after recovery: {other:?}"),
+                }
+            };
+            assert!(i.release(&lock).await.unwrap().unwrap());
+        }
+        eprintln!(
+            "mid-run faults: {} writes accepted, {} calls unavailable, {} distinct fences",
+            accepted.load(Ordering::SeqCst),
+            unavailable.load(Ordering::SeqCst),
+            fences.lock().unwrap().len()
+        );
+    })
+    .await
+}
