@@ -18,7 +18,7 @@ set -euo pipefail
 
 n=${1:-20000}
 out=${2:-$(mktemp -d)}
-cd "$(dirname "$0")/../../../.."
+cd "$(dirname "$0")/../../.."
 bench=${BENCH:-target/release/coord-bench}
 mkdir -p "$out"
 
