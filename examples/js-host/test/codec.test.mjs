@@ -1,6 +1,7 @@
 // The Redis layout and wire format against the Rust backend's
-// (host-test/redis/src): the keys, the scripts as loaded, the
-// packed arguments and replies. The last test needs Redis and fails without it.
+// (host-test/redis/src), through the vectors its codec generates
+// (host-test/redis/vectors.json): the keys, the scripts as loaded, the
+// arguments and the replies. The last tests need Redis and fail without it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -11,67 +12,113 @@ import { REDIS_URL, directClient, dropKeys, uniquePrefix } from './redis-env.js'
 const scripts = new URL('../../../host-test/redis/', import.meta.url);
 const lua = (name) => readFileSync(new URL(name, scripts), 'utf8');
 
-test('keys are <prefix>:{p:<partition, escaped>}:<part>, as RedisBackend::key makes them', () => {
-  assert.equal(codec.key('coord', '~lock:15:inventory.stock:item:1', 's'), 'coord:{p:~lock:15:inventory.stock:item:1}:s');
-  assert.equal(codec.key('coord', 'eph:1:a:{b}%', 'e'), 'coord:{p:eph:1:a:%7Bb%7D%25}:e');
-  // Escaping `%` first keeps distinct partitions apart.
-  assert.notEqual(codec.key('c', '%7B', 'e'), codec.key('c', '{', 'e'));
+// The vectors the Rust codec generates (host-test/redis/src/vectors.rs):
+// the same inputs must give the same bytes, and the same bytes the same
+// reading, here as there.
+const vectors = JSON.parse(readFileSync(new URL('vectors.json', scripts), 'utf8'));
+const bytes = (hex) => (hex === null || hex === undefined ? undefined : new Uint8Array(Buffer.from(hex, 'hex')));
+const big = (n) => (n === null || n === undefined ? undefined : BigInt(n));
+const arg = (a) => (a.text !== undefined ? a.text : Buffer.from(a.hex, 'hex'));
+const shownArg = (a) => (typeof a === 'string' ? { text: a } : { hex: Buffer.from(a).toString('hex') });
+const condition = (c) => {
+  if (c === null) return undefined;
+  if (c.kind === 'always' || c.kind === 'absent') return { tag: c.kind };
+  if (c.kind === 'revision') return { tag: 'revision', val: BigInt(c.revision) };
+  return { tag: 'revision-and-value', val: { revision: BigInt(c.revision), value: bytes(c.value_hex) } };
+};
+const entry = (e) => e && {
+  key: e.key, value: bytes(e.value_hex), revision: BigInt(e.revision),
+  updatedAt: BigInt(e.updated_at), expiresAt: big(e.expires_at),
+};
+// What a reader gives, or {error: 'unavailable'} when it refuses the bytes.
+const reading = (read) => {
+  try {
+    return read();
+  } catch (e) {
+    if (e && e.tag === 'unavailable') return { error: 'unavailable' };
+    throw e;
+  }
+};
+
+test('keys are the Rust backend\'s, escaping and all (vectors)', () => {
+  assert.ok(vectors.keys.length > 0);
+  for (const v of vectors.keys) assert.equal(codec.key(v.prefix, v.partition, v.part), v.key, v.partition);
 });
 
-test('the scripts are loaded behind the Rust backend configuration line, byte for byte', () => {
-  const store = codec.storeScript('BODY', codec.DEFAULTS);
-  assert.equal(store, "local HISTORY, RETENTION, PUBLISH = '1024', 600000, 'PUBLISH'\nBODY");
-  const unwatched = codec.unwatchedScript('BODY', codec.DEFAULTS);
-  assert.equal(unwatched, "local RETENTION, PUBLISH, STREAM = 600000, 'PUBLISH', true\nBODY");
+test('the scripts are loaded behind the Rust backend\'s configuration line, so their SHA-1s are its (vectors)', () => {
+  // This host talks to one server: the cluster's configuration (SPUBLISH, no wake stream) is the Rust host's alone.
+  const single = vectors.scripts.filter((v) => !v.cluster);
+  assert.ok(single.length > 0);
+  for (const v of single) {
+    const config = { history: v.history, retentionMs: v.retention_ms };
+    const store = codec.storeScript(lua('redis.lua'), config);
+    assert.equal(store.split('\n')[0], v.store_line);
+    assert.equal(codec.sha1(store), v.store_sha);
+    const unwatched = codec.unwatchedScript(lua('unwatched.lua'), config);
+    assert.equal(unwatched.split('\n')[0], v.unwatched_line);
+    assert.equal(codec.sha1(unwatched), v.unwatched_sha);
+  }
+  assert.equal(codec.sha1(lua('meter.lua')), vectors.meter_sha);
 });
 
-test("unwatched.lua's packed argument: op, condition, three doubles, three byte strings", () => {
-  const call = codec.scriptCall('coord', '~lock:1:a:b', 'touch', {
-    key: 'holder',
-    ttlMs: 500n,
-    condition: { tag: 'revision-and-value', val: { revision: 7n, value: new Uint8Array([1, 2]) } },
-  });
-  assert.equal(call.script, 'unwatched');
-  assert.deepEqual(call.args.slice(0, 2), ['1', 'coord:{p:~lock:1:a:b}:s']);
-  const p = call.args[2];
-  assert.deepEqual([p[0], p[1]], [3, 4]);
-  assert.deepEqual([p.readDoubleLE(2), p.readDoubleLE(10), p.readDoubleLE(18)], [-1, 500, 7]);
-  assert.equal(p.readUInt32LE(26), 6);
-  assert.equal(p.subarray(30, 36).toString(), 'holder');
-  assert.equal(p.readUInt32LE(36), 0, 'a touch sends no value');
-  assert.equal(p.readUInt32LE(40), 2);
-  assert.deepEqual([...p.subarray(44)], [1, 2]);
+test('every store call sends the Rust backend\'s arguments, byte for byte (vectors)', () => {
+  assert.ok(vectors.calls.length > 0);
+  for (const v of vectors.calls) {
+    const call = codec.scriptCall(v.prefix, v.partition, v.op, {
+      key: v.key, value: bytes(v.value_hex), ttlMs: big(v.ttl_ms),
+      condition: condition(v.condition), after: BigInt(v.after), max: v.max,
+    });
+    assert.equal(call.script, codec.isUnwatched(v.partition) ? 'unwatched' : 'store');
+    assert.deepEqual(call.args.map(shownArg), v.args, `${v.op} on ${v.partition}`);
+  }
 });
 
-test("redis.lua's text arguments: keys, op, clock, channel, then only the op's own", () => {
-  const call = codec.scriptCall('coord', 'eph:1:a:b', 'put', {
-    key: 'k',
-    value: new Uint8Array([104]),
-    ttlMs: undefined,
-    condition: { tag: 'revision', val: 42n },
-  });
-  assert.equal(call.script, 'store');
-  const [n, e, x, f, op, clock, w, k, v, ttl, ...condition] = call.args;
-  assert.deepEqual([n, e, x, f, op, clock, w], ['3', 'coord:{p:eph:1:a:b}:e', 'coord:{p:eph:1:a:b}:x', 'coord:{p:eph:1:a:b}:f', 'put', '', 'coord:{p:eph:1:a:b}:w']);
-  assert.deepEqual([k, v.toString(), ttl, ...condition], ['k', 'h', '-1', 'revision', '42']);
+test('a meter request is packed as the Rust backend packs it (vectors)', () => {
+  for (const v of vectors.meter_requests.filter((r) => r.clock === -1)) {
+    const args = codec.meterCall('coord', 'rl:1:a:b', 'k', {
+      algorithm: v.algorithm, mode: v.mode, limit: v.limit, windowMs: BigInt(v.window_ms), cost: v.cost,
+    });
+    assert.equal(Buffer.from(args[2]).toString('hex'), v.packed_hex, `${v.algorithm} ${v.mode}`);
+  }
 });
 
-test('an applied write reply takes its value from the reply, or from the call when left out', () => {
-  const packed = (withValue, numbers, value) => {
-    const b = Buffer.alloc(33 + value.length);
-    b[0] = withValue;
-    numbers.forEach((n, i) => b.writeDoubleLE(n, 1 + 8 * i));
-    b.set(value, 33);
-    return b;
-  };
-  const fromReply = codec.readWrite(packed(1, [1000, 1e6, 999, 5000], Buffer.from('v')), 'k', undefined);
-  assert.deepEqual(fromReply, { now: 1000n, outcome: { tag: 'applied', val: { key: 'k', value: new Uint8Array([118]), revision: 1000000n, updatedAt: 999n, expiresAt: 5000n } } });
-  const fromCall = codec.readWrite(packed(0, [1000, 1e6, 999, -1], Buffer.alloc(0)), 'k', new Uint8Array([7]));
-  assert.deepEqual(fromCall.outcome.val.value, new Uint8Array([7]));
-  assert.equal(fromCall.outcome.val.expiresAt, undefined);
-  assert.throws(() => codec.readWrite(packed(0, [1, 1, 1, 1], Buffer.alloc(0)), 'k', undefined), (e) => e.tag === 'unavailable');
-  const conflict = codec.readWrite([1000, 0, 1, Buffer.from('k'), Buffer.from('x'), 5, 4, -1], 'k', undefined);
-  assert.deepEqual(conflict.outcome, { tag: 'conflict', val: { key: 'k', value: new Uint8Array([120]), revision: 5n, updatedAt: 4n, expiresAt: undefined } });
+test('write replies, listings, pages and meter replies read as the Rust codec reads them (vectors)', () => {
+  for (const v of vectors.write_replies) {
+    const reply = v.packed_hex !== undefined ? Buffer.from(v.packed_hex, 'hex')
+      : v.array.map((a) => (typeof a === 'number' ? a : Buffer.from(a.hex, 'hex')));
+    const got = reading(() => codec.readWrite(reply, v.key, bytes(v.sent_hex)));
+    const want = v.reads_as.error ? v.reads_as : {
+      now: BigInt(v.reads_as.now),
+      outcome: { tag: v.reads_as.applied ? 'applied' : 'conflict', val: entry(v.reads_as.entry) ?? undefined },
+    };
+    assert.deepEqual(got, want, v.packed_hex ?? JSON.stringify(v.array));
+  }
+  for (const v of vectors.listings) {
+    const got = reading(() => codec.readList(Buffer.from(v.packed_hex, 'hex')));
+    const want = v.reads_as.error ? v.reads_as : {
+      entries: v.reads_as.entries.map(entry), revision: BigInt(v.reads_as.revision), now: BigInt(v.reads_as.now),
+    };
+    assert.deepEqual(got, want, v.packed_hex);
+  }
+  for (const v of vectors.pages) {
+    const got = reading(() => codec.readChanges(Buffer.from(v.packed_hex, 'hex')));
+    const want = v.reads_as.error ? v.reads_as : {
+      changes: v.reads_as.changes.map((c) => ({
+        kind: c.kind, key: c.key, value: bytes(c.value_hex), revision: BigInt(c.revision), at: BigInt(c.at),
+      })),
+      revision: BigInt(v.reads_as.revision), now: BigInt(v.reads_as.now),
+    };
+    assert.deepEqual(got, want, v.packed_hex);
+  }
+  for (const v of vectors.meter_replies) {
+    const got = reading(() => codec.readMeter(Buffer.from(v.packed_hex, 'hex')));
+    const r = v.reads_as;
+    const want = r.error ? r : {
+      allowed: r.allowed, remaining: r.remaining, resetInMs: BigInt(r.reset_in_ms),
+      retryAfterMs: BigInt(r.retry_after_ms), now: BigInt(r.now),
+    };
+    assert.deepEqual(got, want, v.packed_hex);
+  }
 });
 
 test("a changes reply from past the history is history-gone with the script's revision", () => {

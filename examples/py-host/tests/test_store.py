@@ -15,7 +15,6 @@ from coord.store import (
 )
 from coord.store import meter as meter_algorithms
 from coord.store import redis_codec
-from coord.store.redis_backend import partition_key, sha1_hex, store_script, unwatched_script
 from coord.store.types import MAX_TTL_MS
 
 
@@ -104,15 +103,6 @@ def test_wait_then_put_waits_for_the_expiry_then_puts(backend):
                             held.entry.revision, 5_000)
     assert reply.applied and reply.entry.value == b"b"
     assert 0.15 <= time.monotonic() - started < 1.5
-
-
-def test_redis_keys_and_scripts_match_the_rust_backend():
-    assert partition_key("coord", "~lock:3:a{b:%}", "s") == "coord:{p:~lock:3:a%7Bb:%25%7D}:s"
-    assert store_script("BODY", 1024, 600_000).split("\n")[0] == \
-        "local HISTORY, RETENTION, PUBLISH = '1024', 600000, 'PUBLISH'"
-    assert unwatched_script("BODY", 600_000).split("\n")[0] == \
-        "local RETENTION, PUBLISH, STREAM = 600000, 'PUBLISH', true"
-    assert sha1_hex("") == "da39a3ee5e6b4b0d3255bfef95601890afd80709"
 
 
 def test_a_lock_lives_where_the_rust_backend_looks_for_it(redis_backend, name):

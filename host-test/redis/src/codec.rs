@@ -4,8 +4,8 @@
 use ::redis::{Cmd, Value};
 
 use coord_host::backend::{
-    Change, ChangeKind, ChangesReply, Condition, Entry, ListReply, MeterReply, Outcome, StoreError,
-    WriteReply,
+    Change, ChangeKind, ChangesReply, Condition, Entry, ListReply, MeterAlgorithm, MeterMode,
+    MeterReply, MeterRequest, Outcome, StoreError, WriteReply,
 };
 
 use super::malformed;
@@ -159,6 +159,34 @@ impl<'a> Inputs<'a> {
             (None, _) => None,
         }
     }
+}
+
+/// A meter request as `meter.lua`'s one argument (its header gives the
+/// layout), with `clock` the test clock's now or -1 for Redis's TIME. Every
+/// number is exact as a double: the limit is at most 10^7, the window a
+/// day, a test clock's now below 2^53.
+pub(super) fn packed_meter(request: &MeterRequest, clock: f64) -> Vec<u8> {
+    let algorithm: u8 = match request.algorithm {
+        MeterAlgorithm::SlidingWindow => 1,
+        MeterAlgorithm::FixedWindow => 2,
+        MeterAlgorithm::Gcra => 3,
+    };
+    let mode: u8 = match request.mode {
+        MeterMode::Consume => 1,
+        MeterMode::Peek => 2,
+        MeterMode::Reset => 3,
+    };
+    let mut packed = Vec::with_capacity(34);
+    packed.extend([algorithm, mode]);
+    for number in [
+        clock,
+        f64::from(request.limit),
+        request.window_ms as f64,
+        f64::from(request.cost),
+    ] {
+        packed.extend(number.to_le_bytes());
+    }
+    packed
 }
 
 /// A write's reply: one packed string when applied, an array otherwise.

@@ -83,6 +83,8 @@ mod store;
 mod test_clock;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vectors;
 mod waiting;
 
 pub use link::slot_of;
@@ -373,11 +375,7 @@ impl RedisBackend {
     /// it holds no `{` or `}`: the hash tag is exactly `p:<partition>`, and
     /// distinct partitions never share keys.
     pub fn key(&self, partition: &str, part: &str) -> String {
-        let escaped = partition
-            .replace('%', "%25")
-            .replace('{', "%7B")
-            .replace('}', "%7D");
-        format!("{}:{{p:{escaped}}}:{part}", self.config.prefix)
+        partition_key(&self.config.prefix, partition, part)
     }
 
     /// The store script as this backend loads it (its configuration line
@@ -402,35 +400,13 @@ impl RedisBackend {
     /// `unwatched.lua` for an unwatched partition, with every input packed
     /// in one argument; `redis.lua` otherwise.
     fn script(&self, partition: &str, op: Op, inputs: &Inputs) -> Cmd {
-        let mut cmd = ::redis::cmd("EVALSHA");
-        if is_unwatched(partition) {
-            // One key; the script finds the stream and channel beside it.
-            // -1 asks for Redis's TIME.
-            let clock = match &self.config.test_clock {
-                Some(clock) => clock.now_ms() as f64,
-                None => -1.0,
-            };
-            cmd.arg(&self.unwatched_sha)
-                .arg(1)
-                .arg(self.key(partition, "s"))
-                .arg(inputs.packed(op, clock));
-            return cmd;
-        }
-        let [e, x, f, w] = self.keys(partition);
-        cmd.arg(&self.sha)
-            .arg(3)
-            .arg(e)
-            .arg(x)
-            .arg(f)
-            .arg(op.name());
-        // The script reads Redis's TIME unless a test clock gives the time.
-        match &self.config.test_clock {
-            Some(clock) => cmd.arg(clock.now_ms()),
-            None => cmd.arg(""),
+        let clock = self.config.test_clock.as_ref().map(|clock| clock.now_ms());
+        let sha = if is_unwatched(partition) {
+            &self.unwatched_sha
+        } else {
+            &self.sha
         };
-        cmd.arg(w);
-        inputs.append_to(op, &mut cmd);
-        cmd
+        script_command(sha, &self.config.prefix, partition, op, inputs, clock)
     }
 
     /// The scripts a store call may need loaded again after `NOSCRIPT`.
@@ -607,6 +583,50 @@ fn unwatched_script(config: &RedisConfig) -> String {
         publish_command(config),
         !config.cluster
     )
+}
+
+/// The `EVALSHA` of script `sha` for `op` on `partition` with its `inputs`
+/// ([`RedisBackend::script`]): the test clock's `clock`, or Redis's TIME
+/// when `None`.
+fn script_command(
+    sha: &str,
+    prefix: &str,
+    partition: &str,
+    op: Op,
+    inputs: &Inputs,
+    clock: Option<u64>,
+) -> Cmd {
+    let mut cmd = ::redis::cmd("EVALSHA");
+    cmd.arg(sha);
+    if is_unwatched(partition) {
+        // One key; the script finds the stream and channel beside it.
+        // -1 asks for Redis's TIME.
+        let clock = clock.map_or(-1.0, |now| now as f64);
+        cmd.arg(1)
+            .arg(partition_key(prefix, partition, "s"))
+            .arg(inputs.packed(op, clock));
+        return cmd;
+    }
+    let [e, x, f, w] = ["e", "x", "f", "w"].map(|part| partition_key(prefix, partition, part));
+    cmd.arg(3).arg(e).arg(x).arg(f).arg(op.name());
+    // The script reads Redis's TIME unless a test clock gives the time.
+    match clock {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
+    };
+    cmd.arg(w);
+    inputs.append_to(op, &mut cmd);
+    cmd
+}
+
+/// The Redis key of one part of a partition under `prefix`
+/// ([`RedisBackend::key`]).
+fn partition_key(prefix: &str, partition: &str, part: &str) -> String {
+    let escaped = partition
+        .replace('%', "%25")
+        .replace('{', "%7B")
+        .replace('}', "%7D");
+    format!("{prefix}:{{p:{escaped}}}:{part}")
 }
 
 /// How the scripts announce a change: `SPUBLISH` on a cluster, where a

@@ -10,12 +10,12 @@ use async_trait::async_trait;
 use coord_component::keys::is_unwatched;
 
 use coord_host::backend::{
-    Backend, ChangesReply, Condition, ListReply, MeterAlgorithm, MeterMode, MeterReply,
-    MeterRequest, Millis, ReadReply, StoreError, WriteReply, no_feed,
+    Backend, ChangesReply, Condition, ListReply, MeterMode, MeterReply, MeterRequest, Millis,
+    ReadReply, StoreError, WriteReply, no_feed,
 };
 use coord_host::clock::Clock;
 
-use super::codec::{Inputs, Op, Reader, listing, meter_reply, page, ttl_arg};
+use super::codec::{Inputs, Op, Reader, listing, meter_reply, packed_meter, page, ttl_arg};
 use super::{METER_SCRIPT, RedisBackend, malformed, unavailable};
 
 #[async_trait]
@@ -180,33 +180,12 @@ impl Backend for RedisBackend {
         key: &str,
         request: &MeterRequest,
     ) -> Result<MeterReply, StoreError> {
-        // The codes meter.lua reads from its one packed argument.
-        let algorithm: u8 = match request.algorithm {
-            MeterAlgorithm::SlidingWindow => 1,
-            MeterAlgorithm::FixedWindow => 2,
-            MeterAlgorithm::Gcra => 3,
-        };
-        let mode: u8 = match request.mode {
-            MeterMode::Consume => 1,
-            MeterMode::Peek => 2,
-            MeterMode::Reset => 3,
-        };
-        // -1 asks for Redis's TIME. Every number is exact as a double: the
-        // limit is at most 10^7, the window a day, a test clock's now below 2^53.
+        // -1 asks for Redis's TIME.
         let clock = match &self.config.test_clock {
             Some(clock) => clock.now_ms() as f64,
             None => -1.0,
         };
-        let mut packed = Vec::with_capacity(34);
-        packed.extend([algorithm, mode]);
-        for number in [
-            clock,
-            f64::from(request.limit),
-            request.window_ms as f64,
-            f64::from(request.cost),
-        ] {
-            packed.extend(number.to_le_bytes());
-        }
+        let packed = packed_meter(request, clock);
         let _turn = self.turn().await;
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(&self.meter_sha)

@@ -6,7 +6,7 @@ use coord_host::backend::{ChangeKind, Entry, Outcome, StoreError, WriteReply};
 use super::codec::{applied_write, listing, meter_reply, page};
 
 /// What the script packs for an applied write.
-fn packed(with_value: u8, numbers: [f64; 4], value: &[u8]) -> Vec<u8> {
+pub(super) fn packed(with_value: u8, numbers: [f64; 4], value: &[u8]) -> Vec<u8> {
     let mut out = vec![with_value];
     for n in numbers {
         out.extend_from_slice(&n.to_le_bytes());
@@ -47,7 +47,7 @@ fn a_packed_write_reply_takes_its_value_from_the_reply_or_from_the_call() {
 }
 
 /// What the script packs for one listed entry.
-fn listed(field: &[u8], numbers: [f64; 3], value: &[u8]) -> Vec<u8> {
+pub(super) fn listed(field: &[u8], numbers: [f64; 3], value: &[u8]) -> Vec<u8> {
     let mut stored = Vec::new();
     for n in numbers {
         stored.extend_from_slice(&n.to_le_bytes());
@@ -62,7 +62,7 @@ fn listed(field: &[u8], numbers: [f64; 3], value: &[u8]) -> Vec<u8> {
     out
 }
 
-fn listing_of(entries: &[Vec<u8>]) -> Vec<u8> {
+pub(super) fn listing_of(entries: &[Vec<u8>]) -> Vec<u8> {
     let mut out = [7.0f64, 42.0].map(f64::to_le_bytes).concat();
     for e in entries {
         out.extend_from_slice(e);
@@ -114,7 +114,7 @@ fn a_malformed_packed_listing_is_an_error_not_a_panic() {
 }
 
 /// What the script packs for one change of a page.
-fn paged(id: &[u8], at: f64, kind: u8, key: &[u8], value: &[u8]) -> Vec<u8> {
+pub(super) fn paged(id: &[u8], at: f64, kind: u8, key: &[u8], value: &[u8]) -> Vec<u8> {
     let mut message = [at, 1.0, 1.0].map(f64::to_le_bytes).concat();
     message.extend_from_slice(&u32::try_from(key.len()).unwrap().to_le_bytes());
     message.push(kind);
