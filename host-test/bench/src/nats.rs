@@ -59,6 +59,7 @@ impl Store {
     async fn fill(&mut self) -> wasmtime::Result<()> {
         for k in 0..100 {
             self.instance
+                .ephemeral()
                 .upsert(&space(), "bench-100", &format!("k{k}"), b"{}")
                 .await?
                 .map_err(|e| failed(&format!("{e:?}")))?;
@@ -217,6 +218,7 @@ pub async fn compare(
 async fn extend(store: &mut Store, reps: usize) -> wasmtime::Result<(Stats, f64)> {
     let AcquireOutcome::Acquired(mut lock) = store
         .instance
+        .lock()
         .acquire(LOCK_ID, "extend-me", no_wait())
         .await?
         .map_err(|e| failed(&format!("{e:?}")))?
@@ -228,6 +230,7 @@ async fn extend(store: &mut Store, reps: usize) -> wasmtime::Result<(Stats, f64)
         let start = Instant::now();
         let ExtendOutcome::Extended(next) = store
             .instance
+            .lock()
             .extend(&lock, None)
             .await?
             .map_err(|e| failed(&format!("{e:?}")))?
@@ -240,6 +243,7 @@ async fn extend(store: &mut Store, reps: usize) -> wasmtime::Result<(Stats, f64)
     }
     store
         .instance
+        .lock()
         .release(&lock)
         .await?
         .map_err(|e| failed(&format!("{e:?}")))?;

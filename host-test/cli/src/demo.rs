@@ -63,12 +63,19 @@ pub async fn run(
         format!("acquired item:0, fence {}, ttl 300 ms", lock.fence),
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let ExtendOutcome::Extended(lock) =
-        importer.extend(&lock, Some(1000)).await?.map_err(failed)?
+    let ExtendOutcome::Extended(lock) = importer
+        .lock()
+        .extend(&lock, Some(1000))
+        .await?
+        .map_err(failed)?
     else {
         wasmtime::bail!("the importer lost its lock before its TTL ran out");
     };
-    let holder = importer.inspect(LOCK_ID, "item:0").await?.map_err(failed)?;
+    let holder = importer
+        .lock()
+        .inspect(LOCK_ID, "item:0")
+        .await?
+        .map_err(failed)?;
     let left = holder.map_or(0, |h| h.remaining_ms);
     log.say(
         "importer",
@@ -77,7 +84,7 @@ pub async fn run(
             lock.fence
         ),
     );
-    importer.release(&lock).await?.map_err(failed)?;
+    importer.lock().release(&lock).await?.map_err(failed)?;
     log.say("importer", "released item:0");
 
     println!("\n3. A holder pauses past its TTL; its late write is refused by the fence.");
@@ -109,12 +116,12 @@ pub async fn run(
         Ok(_) => wasmtime::bail!("the stale write was accepted"),
         Err(why) => log.say("paused", format!("wakes and writes: {why}")),
     }
-    let released = paused.release(&old).await?.map_err(failed)?;
+    let released = paused.lock().release(&old).await?.map_err(failed)?;
     log.say(
         "paused",
         format!("release returns {released}: it no longer held the lock"),
     );
-    fresh.release(&new).await?.map_err(failed)?;
+    fresh.lock().release(&new).await?.map_err(failed)?;
 
     let calls = [&importer, &paused, &fresh]
         .iter()
@@ -140,6 +147,7 @@ async fn acquire_waiting(
 ) -> wasmtime::Result<HeldLock> {
     let options = AcquireOptions::new().ttl_ms(ttl_ms);
     match instance
+        .lock()
         .acquire(LOCK_ID, item, options)
         .await?
         .map_err(failed)?
@@ -167,6 +175,7 @@ async fn adjust_once(
 ) -> wasmtime::Result<()> {
     let try_once = AcquireOptions::new().ttl_ms(2000).no_wait();
     let lock = match instance
+        .lock()
         .acquire(LOCK_ID, item, try_once)
         .await?
         .map_err(failed)?
@@ -201,7 +210,7 @@ async fn adjust_once(
         ),
     );
     tokio::time::sleep(Duration::from_millis(40)).await; // the critical section's work
-    instance.release(&lock).await?.map_err(failed)?;
+    instance.lock().release(&lock).await?.map_err(failed)?;
     log.say(who, format!("released {item}"));
     Ok(())
 }

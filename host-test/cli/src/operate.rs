@@ -292,7 +292,7 @@ async fn shown(
 ) -> wasmtime::Result<Option<Shown>> {
     let partition = keys::lock_partition(id, resource);
     for _ in 0..3 {
-        let Some(holder) = call(i.inspect(id, resource)).await? else {
+        let Some(holder) = call(i.lock().inspect(id, resource)).await? else {
             return Ok(None);
         };
         let read = backend
@@ -336,7 +336,7 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
         } => {
             let mut budget = Budget::new();
             let (mut i, _) = open(&common, &mut budget).await?;
-            let holder = budget.run(call(i.inspect(&id, &resource))).await?;
+            let holder = budget.run(call(i.lock().inspect(&id, &resource))).await?;
             if common.json {
                 println!("{}", json_line(&holder_json(holder.as_ref())));
             } else {
@@ -388,7 +388,7 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
             }
             // Guarded by the holder shown: its fence and owner token.
             let mut budget = Budget::new();
-            if budget.run(call(i.release(&shown.lock))).await? {
+            if budget.run(call(i.lock().release(&shown.lock))).await? {
                 if common.json {
                     println!(
                         "{}",
@@ -399,7 +399,7 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
                 }
                 return Ok(());
             }
-            let now = budget.run(call(i.inspect(&id, &resource))).await?;
+            let now = budget.run(call(i.lock().inspect(&id, &resource))).await?;
             if common.json {
                 println!(
                     "{}",
@@ -465,7 +465,7 @@ pub async fn ephemeral(command: EphemeralCommand) -> wasmtime::Result<()> {
             let mut budget = Budget::new();
             let (mut i, _) = open(&common, &mut budget).await?;
             let snapshot = budget
-                .run(call(i.snapshot(&space(&id), &tenant, None)))
+                .run(call(i.ephemeral().snapshot(&space(&id), &tenant, None)))
                 .await?;
             if common.json {
                 let entries: Vec<_> = snapshot
@@ -515,7 +515,7 @@ pub async fn ephemeral(command: EphemeralCommand) -> wasmtime::Result<()> {
             let mut budget = Budget::new();
             let (mut i, _) = open(&common, &mut budget).await?;
             let watcher = budget
-                .run(call(i.watch(&space(&id), &tenant, None, None)))
+                .run(call(i.ephemeral().watch(&space(&id), &tenant, None, None)))
                 .await?;
             let until = for_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
             loop {
@@ -535,7 +535,10 @@ pub async fn ephemeral(command: EphemeralCommand) -> wasmtime::Result<()> {
                 let mut budget = Budget {
                     left: Duration::from_millis(wait) + STORE_BOUND,
                 };
-                let Some(event) = budget.run(call(i.next_event(&watcher, wait))).await? else {
+                let Some(event) = budget
+                    .run(call(i.ephemeral().next_event(&watcher, wait)))
+                    .await?
+                else {
                     continue;
                 };
                 let line = match &event {
@@ -583,9 +586,13 @@ pub async fn limit(command: LimitCommand) -> wasmtime::Result<()> {
     let mut budget = Budget::new();
     let (mut i, _) = open(&args.common, &mut budget).await?;
     if reset {
-        budget.run(call(i.reset(&limiter, &args.key))).await?;
+        budget
+            .run(call(i.ratelimit().reset(&limiter, &args.key)))
+            .await?;
     }
-    let decision = budget.run(call(i.peek(&limiter, &args.key))).await?;
+    let decision = budget
+        .run(call(i.ratelimit().peek(&limiter, &args.key)))
+        .await?;
     if args.common.json {
         println!("{}", json_line(&decision_json(&decision)));
     } else {

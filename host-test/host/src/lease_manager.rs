@@ -203,7 +203,8 @@ impl LeaseManager {
             let lease = self.shared.ensure(&mut state, name).await?;
             let checked = Shared::instance(&self.shared.runtime, &mut state)
                 .await?
-                .lease_check(&lease)
+                .lease()
+                .check(&lease)
                 .await;
             let checked = settle(&mut state, checked);
             match checked {
@@ -234,7 +235,8 @@ impl LeaseManager {
         state.holds.remove(name);
         let resigned = Shared::instance(&self.shared.runtime, &mut state)
             .await?
-            .lease_resign(&lease)
+            .lease()
+            .resign(&lease)
             .await;
         Ok(settle(&mut state, resigned)?)
     }
@@ -306,7 +308,8 @@ impl Shared {
             Some(lease) => {
                 let renewed = Shared::instance(&self.runtime, state)
                     .await?
-                    .lease_renew(lease)
+                    .lease()
+                    .renew(lease)
                     .await;
                 match settle(state, renewed) {
                     // Taken over, or run out and taken: try to get it back.
@@ -340,7 +343,8 @@ impl Shared {
         let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
         let acquired = Shared::instance(&self.runtime, state)
             .await?
-            .lease_acquire(name, &self.node, ttl_ms)
+            .lease()
+            .acquire(name, &self.node, ttl_ms)
             .await;
         settle(state, acquired)
     }

@@ -21,10 +21,10 @@
 //! let runtime = Runtime::new(Arc::new(MemoryBackend::default()))?;
 //! let mut instance = runtime.instantiate().await?;
 //! let options = AcquireOptions::new().ttl_ms(10_000).no_wait();
-//! match instance.acquire("inventory.stock", "item:42", options).await?? {
+//! match instance.lock().acquire("inventory.stock", "item:42", options).await?? {
 //!     AcquireOutcome::Acquired(lock) => {
 //!         // ... write, presenting lock.fence at the write boundary ...
-//!         instance.release(&lock).await??;
+//!         instance.lock().release(&lock).await??;
 //!     }
 //!     AcquireOutcome::Busy(holder) => println!("busy for {} ms more", holder.remaining_ms),
 //! }
@@ -43,6 +43,7 @@ pub mod bindings;
 pub mod clock;
 pub mod holdings;
 mod host;
+mod instance;
 pub mod lease_manager;
 pub mod with_lock;
 
@@ -54,6 +55,10 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use backend::Backend;
 pub use host::HostState;
+pub use instance::{
+    EphemeralCalls, EphemeralResult, Instance, LeaseCalls, LeaseResult, LockCalls, LockResult,
+    RatelimitCalls, RatelimitResult,
+};
 
 /// The lock interface's types, as the host sees them (`coord:sync/lock`).
 pub mod lock {
@@ -282,229 +287,4 @@ pub fn pooled_config(instances: u32, slot: &PoolSlot) -> Config {
     let mut config = Config::new();
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
     config
-}
-
-/// One coord component instance. The outer `Result` of each call is a trap
-/// (a bug in the component or host, never caller input); the inner one is
-/// the WIT `result`.
-pub struct Instance {
-    store: Store<HostState>,
-    coordinator: bindings::Coordinator,
-}
-
-/// What a lock call returns: a trap, or the interface's own result.
-pub type LockResult<T> = wasmtime::Result<Result<T, lock::Error>>;
-
-/// What a lease call returns: a trap, or the interface's own result.
-pub type LeaseResult<T> = wasmtime::Result<Result<T, lease::Error>>;
-
-/// What an ephemeral call returns: a trap, or the interface's own result.
-pub type EphemeralResult<T> = wasmtime::Result<Result<T, ephemeral::Error>>;
-
-/// What a rate-limit call returns: a trap, or the interface's own result.
-pub type RatelimitResult<T> = wasmtime::Result<Result<T, ratelimit::Error>>;
-
-impl Instance {
-    /// How many store calls this instance has made so far.
-    pub fn store_calls(&self) -> u64 {
-        self.store.data().store_calls()
-    }
-
-    /// `coord:sync/lock.acquire`.
-    pub async fn acquire(
-        &mut self,
-        id: &str,
-        resource: &str,
-        options: lock::AcquireOptions,
-    ) -> LockResult<lock::AcquireOutcome> {
-        let lock = self.coordinator.coord_sync_lock();
-        lock.call_acquire(&mut self.store, id, resource, options)
-            .await
-    }
-
-    /// `coord:sync/lock.release`.
-    pub async fn release(&mut self, held: &lock::HeldLock) -> LockResult<bool> {
-        let lock = self.coordinator.coord_sync_lock();
-        lock.call_release(&mut self.store, held).await
-    }
-
-    /// `coord:sync/lock.extend`.
-    pub async fn extend(
-        &mut self,
-        held: &lock::HeldLock,
-        ttl_ms: Option<u64>,
-    ) -> LockResult<lock::ExtendOutcome> {
-        let lock = self.coordinator.coord_sync_lock();
-        lock.call_extend(&mut self.store, held, ttl_ms).await
-    }
-
-    /// `coord:sync/lock.is-held`: whether this acquisition still holds its
-    /// lock (the commit-point check before a write).
-    pub async fn is_held(&mut self, held: &lock::HeldLock) -> LockResult<bool> {
-        let lock = self.coordinator.coord_sync_lock();
-        lock.call_is_held(&mut self.store, held).await
-    }
-
-    /// `coord:sync/lock.inspect`.
-    pub async fn inspect(&mut self, id: &str, resource: &str) -> LockResult<Option<lock::Holder>> {
-        let lock = self.coordinator.coord_sync_lock();
-        lock.call_inspect(&mut self.store, id, resource).await
-    }
-
-    /// `coord:sync/lock.force-release`.
-    pub async fn force_release(&mut self, id: &str, resource: &str) -> LockResult<bool> {
-        let lock = self.coordinator.coord_sync_lock();
-        lock.call_force_release(&mut self.store, id, resource).await
-    }
-
-    /// `coord:sync/lease.acquire`: acquire, adopt or take over `name` for `node`.
-    pub async fn lease_acquire(
-        &mut self,
-        name: &str,
-        node: &str,
-        ttl_ms: u64,
-    ) -> LeaseResult<lease::HeldLease> {
-        let lease = self.coordinator.coord_sync_lease();
-        lease
-            .call_acquire(&mut self.store, name, node, ttl_ms)
-            .await
-    }
-
-    /// `coord:sync/lease.renew`.
-    pub async fn lease_renew(&mut self, held: &lease::HeldLease) -> LeaseResult<lease::HeldLease> {
-        let lease = self.coordinator.coord_sync_lease();
-        lease.call_renew(&mut self.store, held).await
-    }
-
-    /// `coord:sync/lease.check`: the commit-point check before a write.
-    pub async fn lease_check(&mut self, held: &lease::HeldLease) -> LeaseResult<lease::HeldLease> {
-        let lease = self.coordinator.coord_sync_lease();
-        lease.call_check(&mut self.store, held).await
-    }
-
-    /// `coord:sync/lease.resign`.
-    pub async fn lease_resign(&mut self, held: &lease::HeldLease) -> LeaseResult<bool> {
-        let lease = self.coordinator.coord_sync_lease();
-        lease.call_resign(&mut self.store, held).await
-    }
-
-    /// `coord:sync/lease.observe`.
-    pub async fn lease_observe(&mut self, name: &str) -> LeaseResult<Option<lease::Holder>> {
-        let lease = self.coordinator.coord_sync_lease();
-        lease.call_observe(&mut self.store, name).await
-    }
-
-    /// `coord:sync/ephemeral.upsert`.
-    pub async fn upsert(
-        &mut self,
-        space: &ephemeral::Space,
-        tenant: &str,
-        key: &str,
-        value: &[u8],
-    ) -> EphemeralResult<ephemeral::Written> {
-        let eph = self.coordinator.coord_sync_ephemeral();
-        eph.call_upsert(&mut self.store, space, tenant, key, value)
-            .await
-    }
-
-    /// `coord:sync/ephemeral.touch`.
-    pub async fn touch(
-        &mut self,
-        space: &ephemeral::Space,
-        tenant: &str,
-        key: &str,
-    ) -> EphemeralResult<bool> {
-        let eph = self.coordinator.coord_sync_ephemeral();
-        eph.call_touch(&mut self.store, space, tenant, key).await
-    }
-
-    /// `coord:sync/ephemeral.delete`.
-    pub async fn delete(
-        &mut self,
-        space: &ephemeral::Space,
-        tenant: &str,
-        key: &str,
-    ) -> EphemeralResult<bool> {
-        let eph = self.coordinator.coord_sync_ephemeral();
-        eph.call_delete(&mut self.store, space, tenant, key).await
-    }
-
-    /// `coord:sync/ephemeral.snapshot`.
-    pub async fn snapshot(
-        &mut self,
-        space: &ephemeral::Space,
-        tenant: &str,
-        prefix: Option<&str>,
-    ) -> EphemeralResult<ephemeral::TenantSnapshot> {
-        let eph = self.coordinator.coord_sync_ephemeral();
-        eph.call_snapshot(&mut self.store, space, tenant, prefix)
-            .await
-    }
-
-    /// `coord:sync/ephemeral.watch`.
-    pub async fn watch(
-        &mut self,
-        space: &ephemeral::Space,
-        tenant: &str,
-        prefix: Option<&str>,
-        after: Option<u64>,
-    ) -> EphemeralResult<ephemeral::Watcher> {
-        let eph = self.coordinator.coord_sync_ephemeral();
-        let watcher = eph
-            .call_watch(&mut self.store, space, tenant, prefix, after)
-            .await?;
-        Ok(watcher.map(ephemeral::Watcher))
-    }
-
-    /// `watcher.next`: the next event, waiting up to `timeout_ms` for one.
-    pub async fn next_event(
-        &mut self,
-        watcher: &ephemeral::Watcher,
-        timeout_ms: u64,
-    ) -> EphemeralResult<Option<ephemeral::Event>> {
-        let eph = self.coordinator.coord_sync_ephemeral();
-        eph.watcher()
-            .call_next(&mut self.store, watcher.0, timeout_ms)
-            .await
-    }
-
-    /// `watcher.revision`: where to resume this watch from.
-    pub async fn watch_revision(&mut self, watcher: &ephemeral::Watcher) -> wasmtime::Result<u64> {
-        let eph = self.coordinator.coord_sync_ephemeral();
-        eph.watcher()
-            .call_revision(&mut self.store, watcher.0)
-            .await
-    }
-
-    /// `coord:sync/ratelimit.check`.
-    pub async fn check(
-        &mut self,
-        limiter: &ratelimit::Limiter,
-        key: &str,
-        cost: Option<u32>,
-    ) -> RatelimitResult<ratelimit::Decision> {
-        let rl = self.coordinator.coord_sync_ratelimit();
-        rl.call_check(&mut self.store, limiter, key, cost).await
-    }
-
-    /// `coord:sync/ratelimit.peek`.
-    pub async fn peek(
-        &mut self,
-        limiter: &ratelimit::Limiter,
-        key: &str,
-    ) -> RatelimitResult<ratelimit::Decision> {
-        let rl = self.coordinator.coord_sync_ratelimit();
-        rl.call_peek(&mut self.store, limiter, key).await
-    }
-
-    /// `coord:sync/ratelimit.reset`.
-    pub async fn reset(&mut self, limiter: &ratelimit::Limiter, key: &str) -> RatelimitResult<()> {
-        let rl = self.coordinator.coord_sync_ratelimit();
-        rl.call_reset(&mut self.store, limiter, key).await
-    }
-
-    /// Close a watch, freeing its state in the component.
-    pub async fn close_watch(&mut self, watcher: ephemeral::Watcher) -> wasmtime::Result<()> {
-        watcher.0.resource_drop_async(&mut self.store).await
-    }
 }

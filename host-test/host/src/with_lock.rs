@@ -221,7 +221,7 @@ impl Runtime {
         };
         let mut instance = watched.instantiate().await.map_err(WithLockError::Trap)?;
         let sent = Instant::now();
-        let acquired = instance.acquire(id, resource, how.options).await;
+        let acquired = instance.lock().acquire(id, resource, how.options).await;
         let returned = Instant::now();
         let lock = match acquired
             .map_err(WithLockError::Trap)?
@@ -330,7 +330,7 @@ async fn keep_alive(
         }
         let sent = Instant::now();
         let extended = tokio::select! {
-            extended = instance.extend(&lock, None) => extended,
+            extended = instance.lock().extend(&lock, None) => extended,
             // A store that does not answer in time cannot keep the lock.
             _ = tokio::time::sleep_until(expires) => {
                 lost.cancel();
@@ -362,7 +362,7 @@ async fn keep_alive(
 /// dropped mid-call): whether this freed it.
 async fn release(runtime: &Runtime, lock: &HeldLock) -> Result<bool, ()> {
     let mut instance = runtime.instantiate().await.map_err(drop)?;
-    match instance.release(lock).await {
+    match instance.lock().release(lock).await {
         Ok(Ok(released)) => Ok(released),
         _ => Err(()),
     }

@@ -233,7 +233,12 @@ impl Load {
         let mut instance = runtime.instantiate().await.unwrap();
         let started = Instant::now();
         let last = loop {
-            match instance.snapshot(&space(), "t", None).await.unwrap() {
+            match instance
+                .ephemeral()
+                .snapshot(&space(), "t", None)
+                .await
+                .unwrap()
+            {
                 Ok(snapshot) => break counters(&snapshot),
                 Err(e) => {
                     assert!(started.elapsed() < super::QUIET, "no final read: {e:?}");
@@ -291,7 +296,12 @@ impl Worker {
         while !self.stop.load(Ordering::SeqCst) {
             let options = AcquireOptions::new().ttl_ms(TTL_MS).wait_up_to(1_000);
             let sent = Instant::now();
-            let held = match self.instance.acquire("faultrun", &resource, options).await {
+            let held = match self
+                .instance
+                .lock()
+                .acquire("faultrun", &resource, options)
+                .await
+            {
                 Ok(Ok(AcquireOutcome::Acquired(held))) => held,
                 Ok(Ok(AcquireOutcome::Busy(_))) => {
                     self.outcome(sent, Ok(()));
@@ -308,7 +318,7 @@ impl Worker {
             // The critical section: long enough for a rival to try.
             tokio::time::sleep(Duration::from_millis(20)).await;
             let release_sent = Instant::now();
-            let released = self.instance.release(&held).await;
+            let released = self.instance.lock().release(&held).await;
             let result = match &released {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(e)) => Err(format!("{e:?}")),
@@ -341,6 +351,7 @@ impl Worker {
             let sent = Instant::now();
             match self
                 .instance
+                .ephemeral()
                 .upsert(&space(), "t", &key, value.to_string().as_bytes())
                 .await
             {
@@ -364,7 +375,12 @@ impl Worker {
     async fn read_loop(mut self) {
         while !self.stop.load(Ordering::SeqCst) {
             let sent = Instant::now();
-            match self.instance.snapshot(&space(), "t", None).await {
+            match self
+                .instance
+                .ephemeral()
+                .snapshot(&space(), "t", None)
+                .await
+            {
                 Ok(Ok(snapshot)) => {
                     self.history
                         .lock()

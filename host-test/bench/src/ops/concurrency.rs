@@ -138,6 +138,7 @@ pub async fn after_idle(
     let runtime = Runtime::new(backend.clone())?;
     let mut i = runtime.instantiate().await?;
     let AcquireOutcome::Acquired(mut lock) = i
+        .lock()
         .acquire(LOCK_ID, "after-idle", no_wait())
         .await?
         .map_err(|e| err(&e))?
@@ -155,7 +156,7 @@ pub async fn after_idle(
         for stats in &mut component {
             let start = Instant::now();
             let ExtendOutcome::Extended(next) =
-                i.extend(&lock, None).await?.map_err(|e| err(&e))?
+                i.lock().extend(&lock, None).await?.map_err(|e| err(&e))?
             else {
                 return Err(failed("lost"));
             };
@@ -167,7 +168,7 @@ pub async fn after_idle(
         // return the error, with no store call.
         for stats in &mut rejected {
             let start = Instant::now();
-            let reply = i.inspect("", "after-idle").await?;
+            let reply = i.lock().inspect("", "after-idle").await?;
             stats.push(start.elapsed());
             if reply.is_ok() {
                 return Err(failed("an empty lock id was accepted"));
@@ -188,7 +189,7 @@ pub async fn after_idle(
             }
         }
     }
-    i.release(&lock).await?.map_err(|e| err(&e))?;
+    i.lock().release(&lock).await?.map_err(|e| err(&e))?;
     backend
         .delete(&partition, keys::LOCK_HOLDER_KEY, &guard)
         .await

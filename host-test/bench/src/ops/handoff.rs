@@ -129,6 +129,7 @@ pub(crate) async fn one_handoff(
     n: usize,
 ) -> wasmtime::Result<Duration> {
     let AcquireOutcome::Acquired(lock) = holder
+        .lock()
         .acquire(LOCK_ID, resource, no_wait())
         .await?
         .map_err(|e| failed(&format!("{e:?}")))?
@@ -142,6 +143,7 @@ pub(crate) async fn one_handoff(
         if poll {
             loop {
                 if let AcquireOutcome::Acquired(_) = i
+                    .lock()
                     .acquire(LOCK_ID, &r2, no_wait())
                     .await?
                     .map_err(|e| failed(&format!("{e:?}")))?
@@ -159,6 +161,7 @@ pub(crate) async fn one_handoff(
             })),
         };
         match i
+            .lock()
             .acquire(LOCK_ID, &r2, wait)
             .await?
             .map_err(|e| failed(&format!("{e:?}")))?
@@ -171,6 +174,7 @@ pub(crate) async fn one_handoff(
     idle_pause(n).await;
     let released = Instant::now();
     holder
+        .lock()
         .release(&lock)
         .await?
         .map_err(|e| failed(&format!("{e:?}")))?;

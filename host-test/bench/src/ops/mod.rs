@@ -71,34 +71,40 @@ pub(crate) async fn component_op(op: Op, i: &mut Instance, n: &str) -> wasmtime:
     match op {
         Op::AcquireRelease => {
             let AcquireOutcome::Acquired(lock) = i
+                .lock()
                 .acquire(LOCK_ID, n, no_wait())
                 .await?
                 .map_err(|e| failed(&format!("{e:?}")))?
             else {
                 return Err(failed("busy"));
             };
-            i.release(&lock)
+            i.lock()
+                .release(&lock)
                 .await?
                 .map_err(|e| failed(&format!("{e:?}")))?;
         }
         Op::Extend | Op::Acquire => return Err(failed("measured by a function of its own")),
         Op::Check => {
-            i.check(&limiter(), n, None)
+            i.ratelimit()
+                .check(&limiter(), n, None)
                 .await?
                 .map_err(|e| failed(&format!("{e:?}")))?;
         }
         Op::Upsert => {
-            i.upsert(&space(), "bench", n, b"{\"user\":\"ada\"}")
+            i.ephemeral()
+                .upsert(&space(), "bench", n, b"{\"user\":\"ada\"}")
                 .await?
                 .map_err(|e| failed(&format!("{e:?}")))?;
         }
         Op::Touch => {
-            i.touch(&space(), "bench", n)
+            i.ephemeral()
+                .touch(&space(), "bench", n)
                 .await?
                 .map_err(|e| failed(&format!("{e:?}")))?;
         }
         Op::Snapshot100 => {
             let s = i
+                .ephemeral()
                 .snapshot(&space(), "bench-100", None)
                 .await?
                 .map_err(|e| failed(&format!("{e:?}")))?;

@@ -28,14 +28,15 @@ pub async fn per_operation(
     let mut i = runtime.instantiate().await?;
     for k in 0..100 {
         component_op(Op::Upsert, &mut i, &format!("k{k}")).await?;
-        i.upsert(
-            &space(),
-            "bench-100",
-            &format!("k{k}"),
-            b"{\"user\":\"ada\"}",
-        )
-        .await?
-        .map_err(|e| failed(&format!("{e:?}")))?;
+        i.ephemeral()
+            .upsert(
+                &space(),
+                "bench-100",
+                &format!("k{k}"),
+                b"{\"user\":\"ada\"}",
+            )
+            .await?
+            .map_err(|e| failed(&format!("{e:?}")))?;
     }
     println!("Per operation, {label}, concurrency 1 (p50 µs)");
     if redis.is_some() {
@@ -364,6 +365,7 @@ pub(crate) async fn time_acquire(
         let (calls0, trips0) = (i.store_calls(), trips(redis));
         let start = Instant::now();
         let AcquireOutcome::Acquired(lock) = i
+            .lock()
             .acquire(LOCK_ID, &resource, no_wait())
             .await?
             .map_err(|e| failed(&format!("{e:?}")))?
@@ -373,7 +375,8 @@ pub(crate) async fn time_acquire(
         row.component.push(start.elapsed());
         row.calls += i.store_calls() - calls0;
         row.trips += trips(redis) - trips0;
-        i.release(&lock)
+        i.lock()
+            .release(&lock)
             .await?
             .map_err(|e| failed(&format!("{e:?}")))?;
 
@@ -399,6 +402,7 @@ pub(crate) async fn time_extend(
 ) -> wasmtime::Result<Row> {
     let redis = redis.cloned();
     let AcquireOutcome::Acquired(mut lock) = i
+        .lock()
         .acquire(LOCK_ID, "extend-me", no_wait())
         .await?
         .map_err(|e| failed(&format!("{e:?}")))?
@@ -413,6 +417,7 @@ pub(crate) async fn time_extend(
         let (calls0, trips0) = (i.store_calls(), trips(&redis));
         let start = Instant::now();
         let ExtendOutcome::Extended(next) = i
+            .lock()
             .extend(&lock, None)
             .await?
             .map_err(|e| failed(&format!("{e:?}")))?
@@ -429,7 +434,8 @@ pub(crate) async fn time_extend(
         row.native.push(start.elapsed());
         row.ping(&redis).await?;
     }
-    i.release(&lock)
+    i.lock()
+        .release(&lock)
         .await?
         .map_err(|e| failed(&format!("{e:?}")))?;
     b.delete(&partition, keys::LOCK_HOLDER_KEY, &guard)

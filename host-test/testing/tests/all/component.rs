@@ -84,6 +84,7 @@ async fn calls_that_fit_never_grow_the_memory_the_instance_starts_with() {
     for k in 0..500 {
         let key = format!("k{}", k % 20);
         let AcquireOutcome::Acquired(lock) = instance
+            .lock()
             .acquire("memory.lock", &key, no_wait)
             .await
             .unwrap()
@@ -91,21 +92,29 @@ async fn calls_that_fit_never_grow_the_memory_the_instance_starts_with() {
         else {
             panic!("busy on an uncontended lock");
         };
-        assert!(instance.release(&lock).await.unwrap().unwrap());
-        instance.check(&limiter, &key, None).await.unwrap().unwrap();
+        assert!(instance.lock().release(&lock).await.unwrap().unwrap());
         instance
+            .ratelimit()
+            .check(&limiter, &key, None)
+            .await
+            .unwrap()
+            .unwrap();
+        instance
+            .ephemeral()
             .upsert(&space, "tenant", &key, &[b'v'; 512])
             .await
             .unwrap()
             .unwrap();
         assert!(
             instance
+                .ephemeral()
                 .touch(&space, "tenant", &key)
                 .await
                 .unwrap()
                 .unwrap()
         );
         let snapshot = instance
+            .ephemeral()
             .snapshot(&space, "tenant", None)
             .await
             .unwrap()

@@ -39,21 +39,27 @@ fn space() -> Space {
 }
 
 async fn upsert(i: &mut Instance, tenant: &str, key: &str, value: &str) -> Written {
-    i.upsert(&space(), tenant, key, value.as_bytes())
+    i.ephemeral()
+        .upsert(&space(), tenant, key, value.as_bytes())
         .await
         .unwrap()
         .unwrap()
 }
 
 async fn keys(i: &mut Instance, tenant: &str) -> Vec<String> {
-    let snapshot = i.snapshot(&space(), tenant, None).await.unwrap().unwrap();
+    let snapshot = i
+        .ephemeral()
+        .snapshot(&space(), tenant, None)
+        .await
+        .unwrap()
+        .unwrap();
     snapshot.entries.into_iter().map(|e| e.key).collect()
 }
 
 /// Every event that is ready, without waiting.
 async fn ready(i: &mut Instance, w: &Watcher) -> Vec<Event> {
     let mut events = Vec::new();
-    while let Some(event) = i.next_event(w, 0).await.unwrap().unwrap() {
+    while let Some(event) = i.ephemeral().next_event(w, 0).await.unwrap().unwrap() {
         events.push(event);
     }
     events
@@ -85,27 +91,31 @@ async fn upsert_touch_and_delete_cost_one_store_call_each(h: Harness) {
     assert_eq!(i.store_calls(), 1, "upsert");
     assert_eq!(written.updated_at, T0);
     assert!(
-        i.touch(&space(), "item:1", "session-a")
+        i.ephemeral()
+            .touch(&space(), "item:1", "session-a")
             .await
             .unwrap()
             .unwrap()
     );
     assert_eq!(i.store_calls(), 2, "touch");
     assert!(
-        i.delete(&space(), "item:1", "session-a")
+        i.ephemeral()
+            .delete(&space(), "item:1", "session-a")
             .await
             .unwrap()
             .unwrap()
     );
     assert_eq!(i.store_calls(), 3, "delete");
     assert!(
-        !i.delete(&space(), "item:1", "session-a")
+        !i.ephemeral()
+            .delete(&space(), "item:1", "session-a")
             .await
             .unwrap()
             .unwrap()
     );
     assert!(
-        !i.touch(&space(), "item:1", "session-a")
+        !i.ephemeral()
+            .touch(&space(), "item:1", "session-a")
             .await
             .unwrap()
             .unwrap(),
@@ -125,14 +135,20 @@ async fn values_are_limited_by_the_space_and_bad_arguments_are_named(h: Harness)
     let (_rt, mut i) = h.runtime_and_instance().await;
     let at_limit = vec![b'x'; 64];
     assert!(
-        i.upsert(&space(), "t", "k", &at_limit)
+        i.ephemeral()
+            .upsert(&space(), "t", "k", &at_limit)
             .await
             .unwrap()
             .is_ok()
     );
     let over = vec![b'x'; 65];
     assert_eq!(
-        field(i.upsert(&space(), "t", "k", &over).await.unwrap()),
+        field(
+            i.ephemeral()
+                .upsert(&space(), "t", "k", &over)
+                .await
+                .unwrap()
+        ),
         "value"
     );
     let calls = i.store_calls();
@@ -141,7 +157,7 @@ async fn values_are_limited_by_the_space_and_bad_arguments_are_named(h: Harness)
         ..space()
     };
     assert_eq!(
-        field(i.upsert(&huge, "t", "k", b"v").await.unwrap()),
+        field(i.ephemeral().upsert(&huge, "t", "k", b"v").await.unwrap()),
         "space.max-value-bytes"
     );
     let forever = Space {
@@ -149,18 +165,34 @@ async fn values_are_limited_by_the_space_and_bad_arguments_are_named(h: Harness)
         ..space()
     };
     assert_eq!(
-        field(i.touch(&forever, "t", "k").await.unwrap()),
+        field(i.ephemeral().touch(&forever, "t", "k").await.unwrap()),
         "space.ttl-ms"
     );
-    assert_eq!(field(i.delete(&space(), "", "k").await.unwrap()), "tenant");
-    assert_eq!(field(i.delete(&space(), "t", "").await.unwrap()), "key");
+    assert_eq!(
+        field(i.ephemeral().delete(&space(), "", "k").await.unwrap()),
+        "tenant"
+    );
+    assert_eq!(
+        field(i.ephemeral().delete(&space(), "t", "").await.unwrap()),
+        "key"
+    );
     let long = "p".repeat(1 << 20);
     assert_eq!(
-        field(i.snapshot(&space(), "t", Some(&long)).await.unwrap()),
+        field(
+            i.ephemeral()
+                .snapshot(&space(), "t", Some(&long))
+                .await
+                .unwrap()
+        ),
         "prefix"
     );
     assert_eq!(
-        field(i.watch(&space(), &long, None, None).await.unwrap()),
+        field(
+            i.ephemeral()
+                .watch(&space(), &long, None, None)
+                .await
+                .unwrap()
+        ),
         "tenant"
     );
     assert_eq!(i.store_calls(), calls, "nothing invalid reached the store");
@@ -177,6 +209,7 @@ async fn a_snapshot_filters_by_prefix_and_carries_the_revision(h: Harness) {
     upsert(&mut i, "t", "user/1", "a").await;
     let last = upsert(&mut i, "t", "team/1", "c").await;
     let snapshot = i
+        .ephemeral()
         .snapshot(&space(), "t", Some("user/"))
         .await
         .unwrap()
@@ -196,7 +229,13 @@ async fn entries_expire_unless_touched(h: Harness) {
     upsert(&mut i, "t", "kept", "1").await;
     upsert(&mut i, "t", "lapsed", "1").await;
     h.advance(900);
-    assert!(i.touch(&space(), "t", "kept").await.unwrap().unwrap());
+    assert!(
+        i.ephemeral()
+            .touch(&space(), "t", "kept")
+            .await
+            .unwrap()
+            .unwrap()
+    );
     h.advance(100);
     assert_eq!(keys(&mut i, "t").await, ["kept"]);
     h.advance(900);
@@ -207,9 +246,18 @@ async fn a_watch_replays_current_entries_then_follows_changes_and_expiry(h: Harn
     let (_rt, mut i) = h.runtime_and_instance().await;
     upsert(&mut i, "t", "b", "1").await;
     upsert(&mut i, "t", "a", "1").await;
-    let w = i.watch(&space(), "t", None, None).await.unwrap().unwrap();
+    let w = i
+        .ephemeral()
+        .watch(&space(), "t", None, None)
+        .await
+        .unwrap()
+        .unwrap();
     upsert(&mut i, "t", "c", "1").await;
-    i.delete(&space(), "t", "b").await.unwrap().unwrap();
+    i.ephemeral()
+        .delete(&space(), "t", "b")
+        .await
+        .unwrap()
+        .unwrap();
     h.advance(1000); // a and c expire with nobody writing
     let events = ready(&mut i, &w).await;
     let expected = [
@@ -237,18 +285,24 @@ async fn a_watch_replays_current_entries_then_follows_changes_and_expiry(h: Harn
     };
     assert_eq!(expired.at, T0 + 1000, "expiry is reported at the TTL's end");
     assert_eq!(
-        i.watch_revision(&w).await.unwrap(),
+        i.ephemeral().watch_revision(&w).await.unwrap(),
         *revisions.last().unwrap()
     );
-    i.close_watch(w).await.unwrap();
+    i.ephemeral().close_watch(w).await.unwrap();
 }
 
 async fn a_watch_after_a_snapshot_continues_it_exactly(h: Harness) {
     let (_rt, mut i) = h.runtime_and_instance().await;
     upsert(&mut i, "t", "a", "1").await;
-    let snapshot = i.snapshot(&space(), "t", None).await.unwrap().unwrap();
+    let snapshot = i
+        .ephemeral()
+        .snapshot(&space(), "t", None)
+        .await
+        .unwrap()
+        .unwrap();
     upsert(&mut i, "t", "b", "1").await;
     let w = i
+        .ephemeral()
         .watch(&space(), "t", None, Some(snapshot.revision))
         .await
         .unwrap()
@@ -265,6 +319,7 @@ async fn next_blocks_in_the_stores_wait_and_is_woken_by_a_write(h: Harness) {
     let (runtime, mut writer) = h.runtime_and_instance().await;
     let mut reader = runtime.instantiate().await.unwrap();
     let w = reader
+        .ephemeral()
         .watch(&space(), "t", None, None)
         .await
         .unwrap()
@@ -272,7 +327,12 @@ async fn next_blocks_in_the_stores_wait_and_is_woken_by_a_write(h: Harness) {
     let calls = reader.store_calls();
     let watching = tokio::spawn(async move {
         // The store's clock never moves in this test: only a write can end this.
-        let event = reader.next_event(&w, 600_000).await.unwrap().unwrap();
+        let event = reader
+            .ephemeral()
+            .next_event(&w, 600_000)
+            .await
+            .unwrap()
+            .unwrap();
         (event, reader.store_calls() - calls)
     });
     h.until_waiting(&ephemeral_partition("inventory.editors", "t"), 1)
@@ -285,21 +345,31 @@ async fn next_blocks_in_the_stores_wait_and_is_woken_by_a_write(h: Harness) {
 
 async fn lost_history_is_resync_required_and_closes_the_watcher(h: Harness) {
     let (_rt, mut i) = h.runtime_and_instance().await;
-    let w = i.watch(&space(), "t", None, None).await.unwrap().unwrap();
+    let w = i
+        .ephemeral()
+        .watch(&space(), "t", None, None)
+        .await
+        .unwrap()
+        .unwrap();
     for n in 0..=HISTORY {
         upsert(&mut i, "t", &format!("k{}", n % 4), "v").await;
     }
     assert_eq!(
-        i.next_event(&w, 0).await.unwrap().unwrap(),
+        i.ephemeral().next_event(&w, 0).await.unwrap().unwrap(),
         Some(Event::ResyncRequired)
     );
     assert_eq!(
-        i.next_event(&w, 0).await.unwrap().unwrap(),
+        i.ephemeral().next_event(&w, 0).await.unwrap().unwrap(),
         Some(Event::ResyncRequired),
         "closed"
     );
     // Reopening without `after` brings the current state back.
-    let fresh = i.watch(&space(), "t", None, None).await.unwrap().unwrap();
+    let fresh = i
+        .ephemeral()
+        .watch(&space(), "t", None, None)
+        .await
+        .unwrap()
+        .unwrap();
     let replay = summary(&ready(&mut i, &fresh).await);
     assert_eq!(replay.len(), 4);
     assert!(replay.iter().all(|(_, kind)| *kind == "upsert"));
@@ -319,7 +389,8 @@ async fn tenants_never_see_each_others_entries(h: Harness) {
     let mut watchers = Vec::new();
     for (tenant, _) in pairs {
         watchers.push(
-            i.watch(&space(), tenant, None, None)
+            i.ephemeral()
+                .watch(&space(), tenant, None, None)
                 .await
                 .unwrap()
                 .unwrap(),
@@ -336,7 +407,12 @@ async fn tenants_never_see_each_others_entries(h: Harness) {
             .map(|(_, k)| (*k, tenant.as_bytes()))
             .collect();
         expected.sort();
-        let snapshot = i.snapshot(&space(), tenant, None).await.unwrap().unwrap();
+        let snapshot = i
+            .ephemeral()
+            .snapshot(&space(), tenant, None)
+            .await
+            .unwrap()
+            .unwrap();
         let seen: Vec<_> = snapshot
             .entries
             .iter()
@@ -361,6 +437,7 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
     const OPS: u64 = 20;
     let (runtime, mut main) = h.runtime_and_instance().await;
     let start = main
+        .ephemeral()
         .snapshot(&space(), "doc", None)
         .await
         .unwrap()
@@ -383,6 +460,7 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
             let mut i = runtime.instantiate().await.unwrap();
             let after = (kind == 1).then_some(start);
             let mut w = i
+                .ephemeral()
                 .watch(&space(), "doc", None, after)
                 .await
                 .unwrap()
@@ -392,19 +470,20 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
             let mut resumed = false;
             loop {
                 let goal = target.load(Ordering::SeqCst);
-                if goal != 0 && i.watch_revision(&w).await.unwrap() >= goal {
+                if goal != 0 && i.ephemeral().watch_revision(&w).await.unwrap() >= goal {
                     break;
                 }
-                let next = i.next_event(&w, 10_000).await.unwrap().unwrap();
+                let next = i.ephemeral().next_event(&w, 10_000).await.unwrap().unwrap();
                 returned.fetch_add(1, Ordering::SeqCst);
                 if let Some(event) = next {
                     assert_ne!(event, Event::ResyncRequired, "history was long enough");
                     events.push(event);
                 }
                 if kind == 2 && !resumed && events.len() >= 10 {
-                    let at = i.watch_revision(&w).await.unwrap();
-                    i.close_watch(w).await.unwrap();
+                    let at = i.ephemeral().watch_revision(&w).await.unwrap();
+                    i.ephemeral().close_watch(w).await.unwrap();
                     w = i
+                        .ephemeral()
                         .watch(&space(), "doc", None, Some(at))
                         .await
                         .unwrap()
@@ -429,10 +508,15 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
                     .wrapping_add(1442695040888963407);
                 let key = format!("k{}", (seed >> 33) % 6);
                 if (seed >> 40) % 3 == 0 {
-                    i.delete(&space(), "doc", &key).await.unwrap().unwrap();
+                    i.ephemeral()
+                        .delete(&space(), "doc", &key)
+                        .await
+                        .unwrap()
+                        .unwrap();
                 } else {
                     let value = format!("w{n}-{op}");
-                    i.upsert(&space(), "doc", &key, value.as_bytes())
+                    i.ephemeral()
+                        .upsert(&space(), "doc", &key, value.as_bytes())
                         .await
                         .unwrap()
                         .unwrap();
@@ -447,6 +531,7 @@ async fn watches_are_ordered_unique_resumable_and_reliable_under_concurrent_writ
     upsert(&mut main, "doc", "survivor", "1").await; // records the expiries, then writes
     let last = upsert(&mut main, "doc", "k0", "final").await;
     let final_state: BTreeMap<String, Vec<u8>> = main
+        .ephemeral()
         .snapshot(&space(), "doc", None)
         .await
         .unwrap()
@@ -543,9 +628,15 @@ async fn in_memory_a_quiet_tenant_is_dropped_after_the_retention_and_watchers_re
         let mut i = runtime.instantiate().await.unwrap();
 
         let written = upsert(&mut i, "t", "a", "1").await;
-        let within = i.watch(&space(), "t", None, Some(written.revision)).await;
+        let within = i
+            .ephemeral()
+            .watch(&space(), "t", None, Some(written.revision))
+            .await;
         let within = within.unwrap().unwrap();
-        let after_it = i.watch(&space(), "t", None, Some(written.revision)).await;
+        let after_it = i
+            .ephemeral()
+            .watch(&space(), "t", None, Some(written.revision))
+            .await;
         let after_it = after_it.unwrap().unwrap();
         // The entry expires (the space's TTL is 1 s); the tenant stays for
         // the retention, so a watcher resuming inside it sees the expiry.
@@ -562,7 +653,11 @@ async fn in_memory_a_quiet_tenant_is_dropped_after_the_retention_and_watchers_re
         assert_eq!(keys(&mut i, "other").await, Vec::<String>::new());
         assert_eq!(backend.partitions(), 0, "a quiet tenant is dropped");
         assert_eq!(
-            i.next_event(&after_it, 0).await.unwrap().unwrap(),
+            i.ephemeral()
+                .next_event(&after_it, 0)
+                .await
+                .unwrap()
+                .unwrap(),
             Some(Event::ResyncRequired),
             "a watcher from before the drop resyncs"
         );

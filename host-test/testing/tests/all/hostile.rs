@@ -138,11 +138,15 @@ fn the_lock_never_traps_on_generated_input() {
             target.rt.block_on(async {
                 let resource = format!("{resource}{}", target.unique());
                 let options = lock::AcquireOptions { ttl_ms, wait };
-                let acquired =
-                    lock_field(i.acquire(&id, &resource, options).await.expect("no trap"));
+                let acquired = lock_field(
+                    i.lock()
+                        .acquire(&id, &resource, options)
+                        .await
+                        .expect("no trap"),
+                );
                 if let Ok(lock::AcquireOutcome::Acquired(held)) = &acquired {
                     prop_assert!(held.fence > 0);
-                    let released = i.release(held).await.expect("no trap");
+                    let released = i.lock().release(held).await.expect("no trap");
                     prop_assert_eq!(released, Ok(true), "a real lock releases");
                 }
                 named("acquire", acquired)?;
@@ -154,20 +158,25 @@ fn the_lock_never_traps_on_generated_input() {
                     ttl_ms: fttl,
                     expires_at: fexp,
                 };
-                let released = lock_field(i.release(&forged).await.expect("no trap"));
+                let released = lock_field(i.lock().release(&forged).await.expect("no trap"));
                 prop_assert!(released != Ok(true), "a forged record released a lock");
                 named("release", released)?;
                 named(
                     "extend",
-                    lock_field(i.extend(&forged, ttl_ms).await.expect("no trap")),
+                    lock_field(i.lock().extend(&forged, ttl_ms).await.expect("no trap")),
                 )?;
                 named(
                     "inspect",
-                    lock_field(i.inspect(&id, &resource).await.expect("no trap")),
+                    lock_field(i.lock().inspect(&id, &resource).await.expect("no trap")),
                 )?;
                 named(
                     "force-release",
-                    lock_field(i.force_release(&id, &resource).await.expect("no trap")),
+                    lock_field(
+                        i.lock()
+                            .force_release(&id, &resource)
+                            .await
+                            .expect("no trap"),
+                    ),
                 )?;
                 Ok(())
             })
@@ -181,12 +190,16 @@ fn the_lock_never_traps_on_generated_input() {
             ttl_ms: Some(1000),
             wait: Some(lock::WaitPolicy::NoWait),
         };
-        let lock::AcquireOutcome::Acquired(held) =
-            i.acquire("after", "fuzz", options).await.unwrap().unwrap()
+        let lock::AcquireOutcome::Acquired(held) = i
+            .lock()
+            .acquire("after", "fuzz", options)
+            .await
+            .unwrap()
+            .unwrap()
         else {
             panic!("busy");
         };
-        assert!(i.release(&held).await.unwrap().unwrap());
+        assert!(i.lock().release(&held).await.unwrap().unwrap());
     });
 }
 
@@ -222,7 +235,8 @@ fn ephemeral_state_never_traps_on_generated_input() {
             let mut i = target.instance.borrow_mut();
             target.rt.block_on(async {
                 let upserted = eph_field(
-                    i.upsert(&space, &tenant, &key, &value)
+                    i.ephemeral()
+                        .upsert(&space, &tenant, &key, &value)
                         .await
                         .expect("no trap"),
                 );
@@ -231,9 +245,13 @@ fn ephemeral_state_never_traps_on_generated_input() {
                         value.len() <= space.max_value_bytes as usize,
                         "an oversize value was stored"
                     );
-                    let snapshot =
-                        eph_field(i.snapshot(&space, &tenant, None).await.expect("no trap"))
-                            .unwrap();
+                    let snapshot = eph_field(
+                        i.ephemeral()
+                            .snapshot(&space, &tenant, None)
+                            .await
+                            .expect("no trap"),
+                    )
+                    .unwrap();
                     prop_assert!(
                         snapshot
                             .entries
@@ -244,31 +262,44 @@ fn ephemeral_state_never_traps_on_generated_input() {
                 named("upsert", upserted)?;
                 named(
                     "touch",
-                    eph_field(i.touch(&space, &tenant, &key).await.expect("no trap")),
+                    eph_field(
+                        i.ephemeral()
+                            .touch(&space, &tenant, &key)
+                            .await
+                            .expect("no trap"),
+                    ),
                 )?;
                 named(
                     "snapshot",
                     eph_field(
-                        i.snapshot(&space, &tenant, prefix.as_deref())
+                        i.ephemeral()
+                            .snapshot(&space, &tenant, prefix.as_deref())
                             .await
                             .expect("no trap"),
                     ),
                 )?;
                 let watched = eph_field(
-                    i.watch(&space, &tenant, prefix.as_deref(), after)
+                    i.ephemeral()
+                        .watch(&space, &tenant, prefix.as_deref(), after)
                         .await
                         .expect("no trap"),
                 );
                 if let Ok(w) = &watched {
-                    let next = eph_field(i.next_event(w, timeout).await.expect("no trap"));
+                    let next =
+                        eph_field(i.ephemeral().next_event(w, timeout).await.expect("no trap"));
                     named("next", next)?;
                 }
                 if let Ok(w) = watched {
-                    i.close_watch(w).await.expect("no trap");
+                    i.ephemeral().close_watch(w).await.expect("no trap");
                 }
                 named(
                     "delete",
-                    eph_field(i.delete(&space, &tenant, &key).await.expect("no trap")),
+                    eph_field(
+                        i.ephemeral()
+                            .delete(&space, &tenant, &key)
+                            .await
+                            .expect("no trap"),
+                    ),
                 )?;
                 Ok(())
             })
@@ -304,7 +335,12 @@ fn the_rate_limiter_never_traps_on_generated_input() {
         let mut i = target.instance.borrow_mut();
         target.rt.block_on(async {
             let cost = cost.map(small);
-            let checked = rl_field(i.check(&limiter, &key, cost).await.expect("no trap"));
+            let checked = rl_field(
+                i.ratelimit()
+                    .check(&limiter, &key, cost)
+                    .await
+                    .expect("no trap"),
+            );
             if let Ok(d) = &checked {
                 prop_assert!(d.remaining <= limiter.limit);
                 prop_assert!(
@@ -315,11 +351,11 @@ fn the_rate_limiter_never_traps_on_generated_input() {
             named("check", checked)?;
             named(
                 "peek",
-                rl_field(i.peek(&limiter, &key).await.expect("no trap")),
+                rl_field(i.ratelimit().peek(&limiter, &key).await.expect("no trap")),
             )?;
             named(
                 "reset",
-                rl_field(i.reset(&limiter, &key).await.expect("no trap")),
+                rl_field(i.ratelimit().reset(&limiter, &key).await.expect("no trap")),
             )?;
             Ok(())
         })

@@ -25,7 +25,7 @@ per_backend!(
 );
 
 async fn acquire(i: &mut Instance, node: &str) -> Result<HeldLease, Error> {
-    i.lease_acquire("store-7", node, TTL).await.unwrap()
+    i.lease().acquire("store-7", node, TTL).await.unwrap()
 }
 
 async fn acquire_renew_and_check_cost_one_store_request_each(h: Harness) {
@@ -34,10 +34,10 @@ async fn acquire_renew_and_check_cost_one_store_request_each(h: Harness) {
     let lease = acquire(&mut i, "a").await.unwrap();
     assert_eq!(i.store_calls(), calls + 1, "acquire of a free lease");
     h.advance(TTL / 3);
-    let renewed = i.lease_renew(&lease).await.unwrap().unwrap();
+    let renewed = i.lease().renew(&lease).await.unwrap().unwrap();
     assert_eq!(i.store_calls(), calls + 2, "renew");
     assert_eq!(renewed.epoch, lease.epoch);
-    let checked = i.lease_check(&renewed).await.unwrap().unwrap();
+    let checked = i.lease().check(&renewed).await.unwrap().unwrap();
     assert_eq!(i.store_calls(), calls + 3, "the commit-point check");
     assert_eq!(checked.expires_at, renewed.expires_at);
 }
@@ -62,17 +62,17 @@ async fn a_crashed_holder_is_taken_over_after_its_lease_and_writes_wait_the_grac
         "the grace: one more TTL"
     );
     h.advance(TTL / 3);
-    let taken = b.lease_renew(&taken).await.unwrap().unwrap();
+    let taken = b.lease().renew(&taken).await.unwrap().unwrap();
     assert_eq!(
-        b.lease_check(&taken).await.unwrap(),
+        b.lease().check(&taken).await.unwrap(),
         Err(Error::InGrace(TTL - TTL / 3)),
         "in store time"
     );
     h.advance(TTL / 3);
-    let taken = b.lease_renew(&taken).await.unwrap().unwrap();
+    let taken = b.lease().renew(&taken).await.unwrap().unwrap();
     h.advance(TTL - 2 * (TTL / 3));
     assert!(
-        b.lease_check(&taken).await.unwrap().is_ok(),
+        b.lease().check(&taken).await.unwrap().is_ok(),
         "past the grace"
     );
 }
@@ -80,11 +80,17 @@ async fn a_crashed_holder_is_taken_over_after_its_lease_and_writes_wait_the_grac
 async fn a_resign_hands_over_at_once(h: Harness) {
     let (mut a, mut b) = (h.instance().await, h.instance().await);
     let held = acquire(&mut a, "a").await.unwrap();
-    assert!(a.lease_resign(&held).await.unwrap().unwrap());
+    assert!(a.lease().resign(&held).await.unwrap().unwrap());
     let next = acquire(&mut b, "b").await.unwrap();
     assert_eq!(next.writable_at, 0, "no grace after a resign");
-    assert!(b.lease_check(&next).await.unwrap().is_ok());
-    let seen = a.lease_observe("store-7").await.unwrap().unwrap().unwrap();
+    assert!(b.lease().check(&next).await.unwrap().is_ok());
+    let seen = a
+        .lease()
+        .observe("store-7")
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!((seen.node.as_str(), seen.epoch), ("b", next.epoch));
 }
 
@@ -99,7 +105,7 @@ async fn a_restarted_node_adopts_its_lease_at_the_same_epoch(h: Harness) {
         adopted.expires_at > held.expires_at,
         "renewed by the adoption"
     );
-    assert!(restarted.lease_check(&adopted).await.unwrap().is_ok());
+    assert!(restarted.lease().check(&adopted).await.unwrap().is_ok());
 }
 
 async fn a_displaced_holder_fails_the_commit_point_and_its_write_is_refused(h: Harness) {
@@ -114,23 +120,23 @@ async fn a_displaced_holder_fails_the_commit_point_and_its_write_is_refused(h: H
         highest = epoch;
         true
     };
-    assert!(a.lease_check(&old).await.unwrap().is_ok());
+    assert!(a.lease().check(&old).await.unwrap().is_ok());
     assert!(write(old.epoch));
     // a stalls past its lease and the grace; b takes over and writes.
     h.advance(TTL);
     let new = acquire(&mut b, "b").await.unwrap();
     h.advance(TTL / 2);
-    let new = b.lease_renew(&new).await.unwrap().unwrap();
+    let new = b.lease().renew(&new).await.unwrap().unwrap();
     h.advance(TTL / 2);
-    assert!(b.lease_check(&new).await.unwrap().is_ok());
+    assert!(b.lease().check(&new).await.unwrap().is_ok());
     assert!(write(new.epoch));
     // a wakes: the commit point stops it; had it written, the epoch would.
-    match a.lease_check(&old).await.unwrap() {
+    match a.lease().check(&old).await.unwrap() {
         Err(Error::NotHolder(Some(holder))) => assert_eq!(holder.node, "b"),
         other => panic!("a is not the holder: {other:?}"),
     }
     assert!(matches!(
-        a.lease_renew(&old).await.unwrap(),
+        a.lease().renew(&old).await.unwrap(),
         Err(Error::NotHolder(_))
     ));
     assert!(!write(old.epoch), "the fence refuses the stale epoch");
@@ -150,17 +156,22 @@ async fn an_unreachable_store_is_unavailable_never_not_holder() {
         .unwrap(),
     );
     let mut i = Runtime::new(backend).unwrap().instantiate().await.unwrap();
-    let held = i.lease_acquire("store-7", "a", TTL).await.unwrap().unwrap();
+    let held = i
+        .lease()
+        .acquire("store-7", "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
     server.stop();
     for outcome in [
-        i.lease_acquire("store-7", "b", TTL).await.unwrap(),
-        i.lease_renew(&held).await.unwrap(),
-        i.lease_check(&held).await.unwrap(),
+        i.lease().acquire("store-7", "b", TTL).await.unwrap(),
+        i.lease().renew(&held).await.unwrap(),
+        i.lease().check(&held).await.unwrap(),
     ] {
         assert!(matches!(outcome, Err(Error::Unavailable(_))), "{outcome:?}");
     }
     assert!(matches!(
-        i.lease_observe("store-7").await.unwrap(),
+        i.lease().observe("store-7").await.unwrap(),
         Err(Error::Unavailable(_))
     ));
 }
@@ -171,22 +182,27 @@ async fn an_unreachable_store_is_unavailable_never_not_holder() {
 /// found the lease free at t+1400, while P might still write until t+2000.
 async fn a_chain_of_takeovers_with_short_ttls_keeps_the_first_holders_grace(h: Harness) {
     let (mut p, mut q, mut r) = (h.instance().await, h.instance().await, h.instance().await);
-    let held = p.lease_acquire("chain", "p", 1000).await.unwrap().unwrap();
-    assert!(p.lease_check(&held).await.unwrap().is_ok());
+    let held = p
+        .lease()
+        .acquire("chain", "p", 1000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(p.lease().check(&held).await.unwrap().is_ok());
     let p_may_write_until = held.expires_at + 1000;
     h.advance(1000);
-    let taken = q.lease_acquire("chain", "q", 200).await.unwrap().unwrap();
+    let taken = q.lease().acquire("chain", "q", 200).await.unwrap().unwrap();
     assert_eq!(taken.writable_at, p_may_write_until);
     // Q renews early, as a holder does, then stops; R keeps trying.
     h.advance(60);
-    let taken = q.lease_renew(&taken).await.unwrap().unwrap();
+    let taken = q.lease().renew(&taken).await.unwrap().unwrap();
     assert!(
         taken.expires_at + 200 >= p_may_write_until,
         "Q's entry outlives P's grace"
     );
     for _ in 0..20 {
         h.advance(100);
-        match r.lease_acquire("chain", "r", 200).await.unwrap() {
+        match r.lease().acquire("chain", "r", 200).await.unwrap() {
             Ok(next) => {
                 let now = h.backend.now().await.unwrap();
                 assert!(
@@ -209,30 +225,30 @@ async fn a_chain_of_takeovers_with_short_ttls_keeps_the_first_holders_grace(h: H
 /// grace: the resigned node wrote.
 async fn a_resign_inside_a_grace_ends_that_epoch_for_its_node(h: Harness) {
     let (mut p, mut q, mut r) = (h.instance().await, h.instance().await, h.instance().await);
-    p.lease_acquire("quit", "p", 1000).await.unwrap().unwrap();
+    p.lease().acquire("quit", "p", 1000).await.unwrap().unwrap();
     h.advance(1000);
-    let taken = q.lease_acquire("quit", "q", 1000).await.unwrap().unwrap();
+    let taken = q.lease().acquire("quit", "q", 1000).await.unwrap().unwrap();
     h.advance(200);
-    assert!(q.lease_resign(&taken).await.unwrap().unwrap());
+    assert!(q.lease().resign(&taken).await.unwrap().unwrap());
     assert!(
-        !q.lease_resign(&taken).await.unwrap().unwrap(),
+        !q.lease().resign(&taken).await.unwrap().unwrap(),
         "resign twice"
     );
     assert!(matches!(
-        q.lease_renew(&taken).await.unwrap(),
+        q.lease().renew(&taken).await.unwrap(),
         Err(Error::NotHolder(None))
     ));
-    assert_eq!(q.lease_observe("quit").await.unwrap().unwrap(), None);
-    let next = r.lease_acquire("quit", "r", 1000).await.unwrap().unwrap();
+    assert_eq!(q.lease().observe("quit").await.unwrap().unwrap(), None);
+    let next = r.lease().acquire("quit", "r", 1000).await.unwrap().unwrap();
     assert_eq!(
         next.writable_at, taken.writable_at,
         "the grace is kept for the next holder"
     );
     h.advance(1000);
     assert!(matches!(
-        q.lease_check(&taken).await.unwrap(),
+        q.lease().check(&taken).await.unwrap(),
         Err(Error::NotHolder(_))
     ));
-    let next = r.lease_renew(&next).await.unwrap().unwrap();
-    assert!(r.lease_check(&next).await.unwrap().is_ok());
+    let next = r.lease().renew(&next).await.unwrap().unwrap();
+    assert!(r.lease().check(&next).await.unwrap().is_ok());
 }

@@ -194,7 +194,7 @@ fn held_never_outlives_the_lease(steps: &[(u8, u64)]) -> Result<(), TestCaseErro
                 _ => tokio::time::sleep(Duration::from_millis(ms)).await,
             }
             if a.held(NAME).await {
-                let holder = observer.lease_observe(NAME).await.unwrap().unwrap();
+                let holder = observer.lease().observe(NAME).await.unwrap().unwrap();
                 let holder = holder.expect("held, so the store has a holder");
                 prop_assert_eq!(&holder.node, "a", "held while b holds it");
                 prop_assert!(holder.remaining_ms > 0, "held after the lease ran out");

@@ -98,7 +98,10 @@ async fn lock_limits_hold_at_their_edges() {
     ];
     let mut verdicts = Vec::new();
     for (what, id, resource, options) in cases {
-        verdicts.push((what, i.acquire(&id, &resource, options).await.verdict()));
+        verdicts.push((
+            what,
+            i.lock().acquire(&id, &resource, options).await.verdict(),
+        ));
     }
     let expected = [
         ("id", ACCEPTED),
@@ -123,6 +126,7 @@ async fn lock_limits_hold_at_their_edges() {
 
     // A held lock's fields, through extend, release, is-held.
     let held = match i
+        .lock()
         .acquire("i", "held", options(1000, no_wait))
         .await
         .unwrap()
@@ -131,9 +135,15 @@ async fn lock_limits_hold_at_their_edges() {
         lock::AcquireOutcome::Acquired(held) => held,
         busy => panic!("{busy:?}"),
     };
-    assert_eq!(i.extend(&held, Some(DAY_MS)).await.verdict(), ACCEPTED);
-    assert_eq!(i.extend(&held, Some(DAY_MS + 1)).await.verdict(), "ttl-ms");
-    assert_eq!(i.extend(&held, Some(0)).await.verdict(), "ttl-ms");
+    assert_eq!(
+        i.lock().extend(&held, Some(DAY_MS)).await.verdict(),
+        ACCEPTED
+    );
+    assert_eq!(
+        i.lock().extend(&held, Some(DAY_MS + 1)).await.verdict(),
+        "ttl-ms"
+    );
+    assert_eq!(i.lock().extend(&held, Some(0)).await.verdict(), "ttl-ms");
     let with = |change: &dyn Fn(&mut lock::HeldLock)| {
         let mut forged = held.clone();
         change(&mut forged);
@@ -147,15 +157,18 @@ async fn lock_limits_hold_at_their_edges() {
         (with(&|l| l.fence = 0), "lock.fence"),
         (with(&|l| l.ttl_ms = DAY_MS + 1), "lock.ttl-ms"),
     ] {
-        assert_eq!(i.is_held(&forged).await.verdict(), field);
-        assert_eq!(i.release(&forged).await.verdict(), field);
-        assert_eq!(i.extend(&forged, None).await.verdict(), field);
+        assert_eq!(i.lock().is_held(&forged).await.verdict(), field);
+        assert_eq!(i.lock().release(&forged).await.verdict(), field);
+        assert_eq!(i.lock().extend(&forged, None).await.verdict(), field);
     }
-    assert_eq!(i.inspect(&text(256), "r").await.verdict(), ACCEPTED);
-    assert_eq!(i.inspect(&text(257), "r").await.verdict(), "id");
-    assert_eq!(i.force_release("i", &text(1024)).await.verdict(), ACCEPTED);
+    assert_eq!(i.lock().inspect(&text(256), "r").await.verdict(), ACCEPTED);
+    assert_eq!(i.lock().inspect(&text(257), "r").await.verdict(), "id");
     assert_eq!(
-        i.force_release("i", &text(1025)).await.verdict(),
+        i.lock().force_release("i", &text(1024)).await.verdict(),
+        ACCEPTED
+    );
+    assert_eq!(
+        i.lock().force_release("i", &text(1025)).await.verdict(),
         "resource"
     );
 }
@@ -211,7 +224,12 @@ async fn ephemeral_limits_hold_at_their_edges() {
         (ok.clone(), text(1), text(1), vec![0u8; 16]),
         (ok.clone(), text(1), text(1), vec![0u8; 17]),
     ] {
-        verdicts.push(i.upsert(&s, &tenant, &key, &value).await.verdict());
+        verdicts.push(
+            i.ephemeral()
+                .upsert(&s, &tenant, &key, &value)
+                .await
+                .verdict(),
+        );
     }
     assert_eq!(
         verdicts,
@@ -235,26 +253,47 @@ async fn ephemeral_limits_hold_at_their_edges() {
         ]
     );
     assert_eq!(
-        i.snapshot(&ok, "t", Some(&text(1024))).await.verdict(),
+        i.ephemeral()
+            .snapshot(&ok, "t", Some(&text(1024)))
+            .await
+            .verdict(),
         ACCEPTED
     );
     assert_eq!(
-        i.snapshot(&ok, "t", Some(&text(1025))).await.verdict(),
+        i.ephemeral()
+            .snapshot(&ok, "t", Some(&text(1025)))
+            .await
+            .verdict(),
         "prefix"
     );
     assert_eq!(
-        i.watch(&ok, "t", Some(&text(1025)), None).await.verdict(),
+        i.ephemeral()
+            .watch(&ok, "t", Some(&text(1025)), None)
+            .await
+            .verdict(),
         "prefix"
     );
     // A watcher's timeout: the longest is accepted (it returns at once with
     // the replayed entry), one more is refused.
-    i.upsert(&ok, "t", "k", b"v").await.unwrap().unwrap();
-    let watcher = i.watch(&ok, "t", None, None).await.unwrap().unwrap();
+    i.ephemeral()
+        .upsert(&ok, "t", "k", b"v")
+        .await
+        .unwrap()
+        .unwrap();
+    let watcher = i
+        .ephemeral()
+        .watch(&ok, "t", None, None)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
-        i.next_event(&watcher, 600_001).await.verdict(),
+        i.ephemeral().next_event(&watcher, 600_001).await.verdict(),
         "timeout-ms"
     );
-    assert_eq!(i.next_event(&watcher, 600_000).await.verdict(), ACCEPTED);
+    assert_eq!(
+        i.ephemeral().next_event(&watcher, 600_000).await.verdict(),
+        ACCEPTED
+    );
 }
 
 fn limiter(id: String, limit: u32, window_ms: u64) -> ratelimit::Limiter {
@@ -287,7 +326,7 @@ async fn rate_limit_limits_hold_at_their_edges() {
         (ok.clone(), "c".into(), Some(11)),
         (ok.clone(), "c".into(), Some(0)),
     ] {
-        verdicts.push(i.check(&l, &key, cost).await.verdict());
+        verdicts.push(i.ratelimit().check(&l, &key, cost).await.verdict());
     }
     assert_eq!(
         verdicts,
@@ -308,8 +347,8 @@ async fn rate_limit_limits_hold_at_their_edges() {
             "cost",
         ]
     );
-    assert_eq!(i.peek(&ok, &text(1025)).await.verdict(), "key");
-    assert_eq!(i.reset(&ok, &text(1025)).await.verdict(), "key");
+    assert_eq!(i.ratelimit().peek(&ok, &text(1025)).await.verdict(), "key");
+    assert_eq!(i.ratelimit().reset(&ok, &text(1025)).await.verdict(), "key");
 }
 
 #[tokio::test]
@@ -327,7 +366,7 @@ async fn lease_limits_hold_at_their_edges() {
         ("l5".into(), "n".into(), DAY_MS + 1),
         ("l6".into(), "n".into(), 0),
     ] {
-        verdicts.push(i.lease_acquire(&name, &node, ttl).await.verdict());
+        verdicts.push(i.lease().acquire(&name, &node, ttl).await.verdict());
     }
     assert_eq!(
         verdicts,
@@ -335,7 +374,7 @@ async fn lease_limits_hold_at_their_edges() {
             ACCEPTED, "name", "name", ACCEPTED, "node", "node", ACCEPTED, "ttl-ms", "ttl-ms"
         ]
     );
-    let held = i.lease_acquire("held", "n", 1000).await.unwrap().unwrap();
+    let held = i.lease().acquire("held", "n", 1000).await.unwrap().unwrap();
     let with = |change: &dyn Fn(&mut lease::HeldLease)| {
         let mut forged = held.clone();
         change(&mut forged);
@@ -347,9 +386,9 @@ async fn lease_limits_hold_at_their_edges() {
         (with(&|l| l.epoch = 0), "lease.epoch"),
         (with(&|l| l.ttl_ms = DAY_MS + 1), "lease.ttl-ms"),
     ] {
-        assert_eq!(i.lease_renew(&forged).await.verdict(), field);
-        assert_eq!(i.lease_check(&forged).await.verdict(), field);
-        assert_eq!(i.lease_resign(&forged).await.verdict(), field);
+        assert_eq!(i.lease().renew(&forged).await.verdict(), field);
+        assert_eq!(i.lease().check(&forged).await.verdict(), field);
+        assert_eq!(i.lease().resign(&forged).await.verdict(), field);
     }
-    assert_eq!(i.lease_observe(&text(257)).await.verdict(), "name");
+    assert_eq!(i.lease().observe(&text(257)).await.verdict(), "name");
 }

@@ -41,7 +41,8 @@ fn acquired(outcome: AcquireOutcome) -> HeldLock {
 }
 
 async fn acquire(i: &mut Instance, resource: &str, options: AcquireOptions) -> AcquireOutcome {
-    i.acquire("inventory.stock", resource, options)
+    i.lock()
+        .acquire("inventory.stock", resource, options)
         .await
         .expect("no trap")
         .expect("no error")
@@ -53,13 +54,14 @@ async fn uncontended_acquire_release_and_extend_cost_one_store_call_each(h: Harn
     let lock = acquired(acquire(&mut i, "item:1", no_wait(1000)).await);
     assert_eq!(i.store_calls(), 1, "acquire");
     assert_eq!(lock.expires_at, common::T0 + 1000);
-    let ExtendOutcome::Extended(extended) = i.extend(&lock, Some(2000)).await.unwrap().unwrap()
+    let ExtendOutcome::Extended(extended) =
+        i.lock().extend(&lock, Some(2000)).await.unwrap().unwrap()
     else {
         panic!("extend lost the lock");
     };
     assert_eq!(i.store_calls(), 2, "extend");
     assert_eq!(extended.fence, lock.fence);
-    assert!(i.release(&extended).await.unwrap().unwrap());
+    assert!(i.lock().release(&extended).await.unwrap().unwrap());
     assert_eq!(i.store_calls(), 3, "release");
 }
 
@@ -80,7 +82,8 @@ async fn busy_reports_the_holder_from_the_same_store_call(h: Harness) {
     );
     assert_eq!(b.store_calls(), 1);
     assert_eq!(
-        b.inspect("inventory.stock", "item:1")
+        b.lock()
+            .inspect("inventory.stock", "item:1")
             .await
             .unwrap()
             .unwrap(),
@@ -110,7 +113,7 @@ async fn mutual_exclusion_and_increasing_fences_among_concurrent_instances(h: Ha
                 fences.lock().await.push(lock.fence);
                 settle().await; // let the others try while we hold it
                 in_section.store(false, Ordering::SeqCst);
-                assert!(i.release(&lock).await.unwrap().unwrap());
+                assert!(i.lock().release(&lock).await.unwrap().unwrap());
             }
         }));
     }
@@ -132,12 +135,18 @@ async fn a_stale_holder_cannot_release_or_extend_the_new_holders_lock(h: Harness
     h.advance(101);
     let new = acquired(acquire(&mut fresh, "item:1", no_wait(1000)).await);
     assert!(new.fence > old.fence);
-    assert!(!stale.release(&old).await.unwrap().unwrap());
+    assert!(!stale.lock().release(&old).await.unwrap().unwrap());
     assert_eq!(
-        stale.extend(&old, Some(50_000)).await.unwrap().unwrap(),
+        stale
+            .lock()
+            .extend(&old, Some(50_000))
+            .await
+            .unwrap()
+            .unwrap(),
         ExtendOutcome::Lost
     );
     let holder = fresh
+        .lock()
         .inspect("inventory.stock", "item:1")
         .await
         .unwrap()
@@ -162,7 +171,8 @@ async fn expiry_frees_the_lock(h: Harness) {
     ));
     h.advance(1);
     assert_eq!(
-        i.inspect("inventory.stock", "item:1")
+        i.lock()
+            .inspect("inventory.stock", "item:1")
             .await
             .unwrap()
             .unwrap(),
@@ -198,7 +208,7 @@ async fn a_waiter_is_woken_by_the_release_not_by_a_poll(h: Harness) {
     h.until_waiting(&lock_partition("inventory.stock", "item:1"), 1)
         .await;
     assert!(!waiter.is_finished(), "the waiter got a held lock");
-    assert!(holder.release(&lock).await.unwrap().unwrap());
+    assert!(holder.lock().release(&lock).await.unwrap().unwrap());
     let (outcome, calls) = waiter.await.unwrap();
     let won = acquired(outcome);
     assert!(won.fence > lock.fence);
@@ -215,13 +225,15 @@ async fn a_lock_serialized_in_one_instance_is_released_from_another(h: Harness) 
     let wire = serde_json::to_string(&lock).unwrap();
     drop(a); // the acquiring instance is gone
     let restored: HeldLock = serde_json::from_str(&wire).unwrap();
-    let ExtendOutcome::Extended(extended) = b.extend(&restored, None).await.unwrap().unwrap()
+    let ExtendOutcome::Extended(extended) =
+        b.lock().extend(&restored, None).await.unwrap().unwrap()
     else {
         panic!("the restored lock was lost");
     };
-    assert!(b.release(&extended).await.unwrap().unwrap());
+    assert!(b.lock().release(&extended).await.unwrap().unwrap());
     assert_eq!(
-        b.inspect("inventory.stock", "item:1")
+        b.lock()
+            .inspect("inventory.stock", "item:1")
             .await
             .unwrap()
             .unwrap(),
@@ -235,6 +247,7 @@ async fn force_release_frees_the_lock_and_the_old_holder_loses_it(h: Harness) {
     let lock = acquired(acquire(&mut holder, "item:1", no_wait(60_000)).await);
     assert!(
         operator
+            .lock()
             .force_release("inventory.stock", "item:1")
             .await
             .unwrap()
@@ -242,6 +255,7 @@ async fn force_release_frees_the_lock_and_the_old_holder_loses_it(h: Harness) {
     );
     assert!(
         !operator
+            .lock()
             .force_release("inventory.stock", "item:1")
             .await
             .unwrap()
@@ -249,9 +263,9 @@ async fn force_release_frees_the_lock_and_the_old_holder_loses_it(h: Harness) {
     );
     let next = acquired(acquire(&mut operator, "item:1", no_wait(1000)).await);
     assert!(next.fence > lock.fence);
-    assert!(!holder.release(&lock).await.unwrap().unwrap());
+    assert!(!holder.lock().release(&lock).await.unwrap().unwrap());
     assert_eq!(
-        holder.extend(&lock, None).await.unwrap().unwrap(),
+        holder.lock().extend(&lock, None).await.unwrap().unwrap(),
         ExtendOutcome::Lost
     );
 }
@@ -266,22 +280,25 @@ async fn invalid_input_gets_an_error_naming_the_field(h: Harness) {
     let rt = h.runtime();
     let mut i = instance(&rt).await;
     let default = AcquireOptions::new();
-    assert_eq!(field(i.acquire("", "r", default).await.unwrap()), "id");
     assert_eq!(
-        field(i.acquire("i", "", default).await.unwrap()),
+        field(i.lock().acquire("", "r", default).await.unwrap()),
+        "id"
+    );
+    assert_eq!(
+        field(i.lock().acquire("i", "", default).await.unwrap()),
         "resource"
     );
     let huge = "k".repeat(1 << 20);
     assert_eq!(
-        field(i.acquire("i", &huge, default).await.unwrap()),
+        field(i.lock().acquire("i", &huge, default).await.unwrap()),
         "resource"
     );
     assert_eq!(
-        field(i.acquire("i", "r", no_wait(0)).await.unwrap()),
+        field(i.lock().acquire("i", "r", no_wait(0)).await.unwrap()),
         "options.ttl-ms"
     );
     assert_eq!(
-        field(i.acquire("i", "r", no_wait(u64::MAX)).await.unwrap()),
+        field(i.lock().acquire("i", "r", no_wait(u64::MAX)).await.unwrap()),
         "options.ttl-ms"
     );
     let no_attempts = WaitPolicy::Attempts(Retry {
@@ -293,12 +310,12 @@ async fn invalid_input_gets_an_error_naming_the_field(h: Harness) {
         wait: Some(no_attempts),
     };
     assert_eq!(
-        field(i.acquire("i", "r", options).await.unwrap()),
+        field(i.lock().acquire("i", "r", options).await.unwrap()),
         "options.wait.attempts.max-attempts"
     );
     let forever = AcquireOptions::new().wait_up_to(u64::MAX);
     assert_eq!(
-        field(i.acquire("i", "r", forever).await.unwrap()),
+        field(i.lock().acquire("i", "r", forever).await.unwrap()),
         "options.wait.timeout"
     );
     let forged = HeldLock {
@@ -309,23 +326,29 @@ async fn invalid_input_gets_an_error_naming_the_field(h: Harness) {
         ttl_ms: 1000,
         expires_at: 0,
     };
-    assert_eq!(field(i.release(&forged).await.unwrap()), "lock.owner");
+    assert_eq!(
+        field(i.lock().release(&forged).await.unwrap()),
+        "lock.owner"
+    );
     let zero_fence = HeldLock {
         owner: "f".repeat(32),
         fence: 0,
         ..forged.clone()
     };
     assert_eq!(
-        field(i.extend(&zero_fence, None).await.unwrap()),
+        field(i.lock().extend(&zero_fence, None).await.unwrap()),
         "lock.fence"
     );
     let good = HeldLock {
         owner: "f".repeat(32),
         ..forged
     };
-    assert_eq!(field(i.extend(&good, Some(0)).await.unwrap()), "ttl-ms");
-    assert_eq!(field(i.inspect("i", "").await.unwrap()), "resource");
-    assert_eq!(field(i.force_release("", "r").await.unwrap()), "id");
+    assert_eq!(
+        field(i.lock().extend(&good, Some(0)).await.unwrap()),
+        "ttl-ms"
+    );
+    assert_eq!(field(i.lock().inspect("i", "").await.unwrap()), "resource");
+    assert_eq!(field(i.lock().force_release("", "r").await.unwrap()), "id");
     assert_eq!(i.store_calls(), 0, "nothing invalid reached the store");
 }
 
@@ -347,7 +370,7 @@ async fn in_memory_fences_stay_monotonic_across_a_restart_that_lost_the_data() {
             let lock = acquired(acquire(&mut i, "item:1", no_wait(60_000)).await);
             assert!(lock.fence > before, "fences grow within a process");
             before = lock.fence;
-            assert!(i.release(&lock).await.unwrap().unwrap());
+            assert!(i.lock().release(&lock).await.unwrap().unwrap());
         }
         drop((i, first_process));
 
@@ -388,11 +411,16 @@ async fn a_lock_entry_that_is_not_an_owner_token_is_internal_never_busy(h: Harne
             .await
             .unwrap();
         let acquired = i
+            .lock()
             .acquire("inventory.stock", &resource, no_wait(1000))
             .await
             .unwrap();
         assert!(matches!(acquired, Err(Error::Internal(_))), "{acquired:?}");
-        let inspected = i.inspect("inventory.stock", &resource).await.unwrap();
+        let inspected = i
+            .lock()
+            .inspect("inventory.stock", &resource)
+            .await
+            .unwrap();
         assert!(
             matches!(inspected, Err(Error::Internal(_))),
             "{inspected:?}"

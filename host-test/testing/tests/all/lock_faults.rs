@@ -45,14 +45,20 @@ async fn contending_waiters_each_keep_trying_for_the_default_two_seconds() {
             while Instant::now() < until {
                 let started = Instant::now();
                 let options = AcquireOptions::new().ttl_ms(10_000);
-                match i.acquire(ID, resource, options).await.unwrap().unwrap() {
+                match i
+                    .lock()
+                    .acquire(ID, resource, options)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                {
                     AcquireOutcome::Acquired(lock) => {
                         acquired += 1;
                         // Hold it a while; extend once, which wakes nobody.
                         tokio::time::sleep(Duration::from_millis(150)).await;
-                        let _ = i.extend(&lock, None).await.unwrap().unwrap();
+                        let _ = i.lock().extend(&lock, None).await.unwrap().unwrap();
                         tokio::time::sleep(Duration::from_millis(150)).await;
-                        assert!(i.release(&lock).await.unwrap().unwrap());
+                        assert!(i.lock().release(&lock).await.unwrap().unwrap());
                     }
                     AcquireOutcome::Busy(_) => gave_up.push(started.elapsed()),
                 }
@@ -113,7 +119,12 @@ async fn an_acquire_that_timed_out_in_a_stall_leaves_the_lock_free_after_recover
 
     for rival_holds in [false, true] {
         let rivals = if rival_holds {
-            match rival.acquire(ID, "item:1", no_wait(60_000)).await.unwrap() {
+            match rival
+                .lock()
+                .acquire(ID, "item:1", no_wait(60_000))
+                .await
+                .unwrap()
+            {
                 Ok(AcquireOutcome::Acquired(lock)) => Some(lock),
                 other => panic!("the rival could not take the lock: {other:?}"),
             }
@@ -140,14 +151,18 @@ async fn an_acquire_that_timed_out_in_a_stall_leaves_the_lock_free_after_recover
             Instant::now()
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let outcome = caller.acquire(ID, "item:1", no_wait(10_000)).await.unwrap();
+        let outcome = caller
+            .lock()
+            .acquire(ID, "item:1", no_wait(10_000))
+            .await
+            .unwrap();
         let answered = Instant::now();
         assert!(
             matches!(outcome, Err(Error::Unavailable(_))),
             "a stalled store is unavailable: {outcome:?}"
         );
         let woke = sleeping.await.unwrap();
-        let holder = rival.inspect(ID, "item:1").await.unwrap().unwrap();
+        let holder = rival.lock().inspect(ID, "item:1").await.unwrap().unwrap();
         match &rivals {
             None => {
                 assert_eq!(holder, None, "no ghost holder once the acquire answered");
@@ -165,7 +180,7 @@ async fn an_acquire_that_timed_out_in_a_stall_leaves_the_lock_free_after_recover
             Some(lock) => {
                 let holder = holder.expect("the rival still holds its lock");
                 assert_eq!(holder.fence, lock.fence, "another owner is never freed");
-                assert!(rival.release(lock).await.unwrap().unwrap());
+                assert!(rival.lock().release(lock).await.unwrap().unwrap());
             }
         }
     }

@@ -62,7 +62,12 @@ async fn contention_on_a_replicated_stream_is_decided_again_never_unavailable() 
             let mut failed = Vec::new();
             for _ in 0..25 {
                 // Every check of one key is a write to one partition.
-                if let Err(e) = instance.check(&limiter, "hot", Some(1)).await.unwrap() {
+                if let Err(e) = instance
+                    .ratelimit()
+                    .check(&limiter, "hot", Some(1))
+                    .await
+                    .unwrap()
+                {
                     failed.push(format!("{e:?}"));
                 }
                 // A minute: waiting is not fair, and on a loaded machine a
@@ -70,12 +75,13 @@ async fn contention_on_a_replicated_stream_is_decided_again_never_unavailable() 
                 // test below); busy would mean a lock held for ever.
                 let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(60_000);
                 match instance
+                    .lock()
                     .acquire("stock", "item:hot", options)
                     .await
                     .unwrap()
                 {
                     Ok(AcquireOutcome::Acquired(lock)) => {
-                        if let Err(e) = instance.release(&lock).await.unwrap() {
+                        if let Err(e) = instance.lock().release(&lock).await.unwrap() {
                             failed.push(format!("release: {e:?}"));
                         }
                     }
@@ -160,9 +166,14 @@ async fn a_leader_stepping_down_mid_contention_costs_a_wait_not_a_failure() {
                 // past any such run, so busy would mean a lock held for ever.
                 let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(60_000);
                 let resource = format!("item:{}", t % 2);
-                match instance.acquire("stock", &resource, options).await.unwrap() {
+                match instance
+                    .lock()
+                    .acquire("stock", &resource, options)
+                    .await
+                    .unwrap()
+                {
                     Ok(AcquireOutcome::Acquired(lock)) => {
-                        if let Err(e) = instance.release(&lock).await.unwrap() {
+                        if let Err(e) = instance.lock().release(&lock).await.unwrap() {
                             failed.push(format!("release: {e:?}"));
                         }
                     }
@@ -278,6 +289,7 @@ async fn a_paused_server_is_left_for_another_as_a_killed_one_is() {
         algorithm: None,
     };
     instance
+        .ratelimit()
         .check(&limiter, "k", Some(1))
         .await
         .unwrap()
@@ -287,7 +299,12 @@ async fn a_paused_server_is_left_for_another_as_a_killed_one_is() {
     let mut failed = 0;
     // A hang bound at half the 181 s seen before the fix, not a speed target.
     let recovered = loop {
-        match instance.check(&limiter, "k", Some(1)).await.unwrap() {
+        match instance
+            .ratelimit()
+            .check(&limiter, "k", Some(1))
+            .await
+            .unwrap()
+        {
             Ok(_) => break Some(since.elapsed()),
             Err(_) if since.elapsed() < Duration::from_secs(90) => failed += 1,
             Err(_) => break None,
@@ -409,7 +426,12 @@ async fn killing_the_stream_leader_mid_contention_grants_nothing_twice_and_work_
             while !stop.load(Ordering::SeqCst) {
                 let began = Instant::now();
                 let options = AcquireOptions::new().ttl_ms(2_000).wait_up_to(1_000);
-                let lock = match instance.acquire("stock", &resource, options).await.unwrap() {
+                let lock = match instance
+                    .lock()
+                    .acquire("stock", &resource, options)
+                    .await
+                    .unwrap()
+                {
                     Ok(AcquireOutcome::Acquired(lock)) => lock,
                     Ok(AcquireOutcome::Busy(_)) => continue,
                     Err(_) => {
@@ -430,7 +452,7 @@ async fn killing_the_stream_leader_mid_contention_grants_nothing_twice_and_work_
                 if !register.write(&resource, lock.fence) {
                     refused.fetch_add(1, Ordering::SeqCst);
                 }
-                let _ = instance.release(&lock).await;
+                let _ = instance.lock().release(&lock).await;
             }
         }));
     }

@@ -31,7 +31,7 @@ fn limiter(limit: u32, algorithm: Option<Algorithm>) -> Limiter {
 }
 
 async fn check(i: &mut Instance, l: &Limiter, key: &str, cost: Option<u32>) -> Decision {
-    i.check(l, key, cost).await.unwrap().unwrap()
+    i.ratelimit().check(l, key, cost).await.unwrap().unwrap()
 }
 
 const ALGORITHMS: [Option<Algorithm>; 4] = [
@@ -88,12 +88,12 @@ async fn peek_counts_nothing_and_reset_restores_the_limit(h: Harness) {
             ..limiter(2, algorithm)
         };
         for _ in 0..5 {
-            let peek = i.peek(&l, "k").await.unwrap().unwrap();
+            let peek = i.ratelimit().peek(&l, "k").await.unwrap().unwrap();
             assert_eq!((peek.allowed, peek.remaining), (true, 2), "{algorithm:?}");
         }
         check(&mut i, &l, "k", Some(2)).await;
-        assert!(!i.peek(&l, "k").await.unwrap().unwrap().allowed);
-        i.reset(&l, "k").await.unwrap().unwrap();
+        assert!(!i.ratelimit().peek(&l, "k").await.unwrap().unwrap().allowed);
+        i.ratelimit().reset(&l, "k").await.unwrap().unwrap();
         assert_eq!(
             check(&mut i, &l, "k", None).await.remaining,
             1,
@@ -166,31 +166,33 @@ async fn invalid_limiters_and_costs_get_named_errors(h: Harness) {
     let l = limiter(5, None);
     assert_eq!(
         field(
-            i.check(
-                &Limiter {
-                    limit: 0,
-                    ..l.clone()
-                },
-                "k",
-                None
-            )
-            .await
-            .unwrap()
+            i.ratelimit()
+                .check(
+                    &Limiter {
+                        limit: 0,
+                        ..l.clone()
+                    },
+                    "k",
+                    None
+                )
+                .await
+                .unwrap()
         ),
         "limiter.limit"
     );
     assert_eq!(
         field(
-            i.check(
-                &Limiter {
-                    window_ms: 0,
-                    ..l.clone()
-                },
-                "k",
-                None
-            )
-            .await
-            .unwrap()
+            i.ratelimit()
+                .check(
+                    &Limiter {
+                        window_ms: 0,
+                        ..l.clone()
+                    },
+                    "k",
+                    None
+                )
+                .await
+                .unwrap()
         ),
         "limiter.window-ms"
     );
@@ -200,26 +202,38 @@ async fn invalid_limiters_and_costs_get_named_errors(h: Harness) {
         ..l.clone()
     };
     assert_eq!(
-        field(i.check(&absurd, "k", None).await.unwrap()),
+        field(i.ratelimit().check(&absurd, "k", None).await.unwrap()),
         "limiter.limit"
     );
-    assert_eq!(field(i.check(&l, "k", Some(0)).await.unwrap()), "cost");
-    assert_eq!(field(i.check(&l, "k", Some(6)).await.unwrap()), "cost");
     assert_eq!(
-        field(i.check(&l, &"k".repeat(1 << 20), None).await.unwrap()),
+        field(i.ratelimit().check(&l, "k", Some(0)).await.unwrap()),
+        "cost"
+    );
+    assert_eq!(
+        field(i.ratelimit().check(&l, "k", Some(6)).await.unwrap()),
+        "cost"
+    );
+    assert_eq!(
+        field(
+            i.ratelimit()
+                .check(&l, &"k".repeat(1 << 20), None)
+                .await
+                .unwrap()
+        ),
         "key"
     );
     assert_eq!(
         field(
-            i.reset(
-                &Limiter {
-                    id: String::new(),
-                    ..l
-                },
-                "k"
-            )
-            .await
-            .unwrap()
+            i.ratelimit()
+                .reset(
+                    &Limiter {
+                        id: String::new(),
+                        ..l
+                    },
+                    "k"
+                )
+                .await
+                .unwrap()
         ),
         "limiter.id"
     );

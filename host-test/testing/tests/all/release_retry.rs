@@ -49,6 +49,7 @@ async fn eventually(mut done: impl AsyncFnMut() -> bool) -> bool {
 /// Take the free lock on `resource` for `ttl_ms`.
 async fn take(instance: &mut Instance, resource: &str, ttl_ms: u64) -> HeldLock {
     match instance
+        .lock()
         .acquire("retry", resource, no_wait(ttl_ms))
         .await
         .unwrap()
@@ -67,11 +68,12 @@ async fn a_release_that_failed_is_finished_once_the_store_answers(h: Harness) {
     let lock = take(&mut holder, &resource, 60_000).await;
     faulty.set_deletes_down(true);
     assert!(matches!(
-        holder.release(&lock).await.unwrap(),
+        holder.lock().release(&lock).await.unwrap(),
         Err(Error::Unavailable(_))
     ));
     assert!(
         observer
+            .lock()
             .inspect("retry", &resource)
             .await
             .unwrap()
@@ -82,6 +84,7 @@ async fn a_release_that_failed_is_finished_once_the_store_answers(h: Harness) {
     faulty.set_deletes_down(false);
     let freed = eventually(async || {
         observer
+            .lock()
             .inspect("retry", &resource)
             .await
             .unwrap()
@@ -102,12 +105,13 @@ async fn a_finished_release_never_frees_a_later_holder(h: Harness) {
     let resource = resource();
     let old = take(&mut first, &resource, 1000).await;
     faulty.set_deletes_down(true);
-    assert!(first.release(&old).await.unwrap().is_err());
+    assert!(first.lock().release(&old).await.unwrap().is_err());
     // The old lock runs out while the store refuses deletes; another holder
     // takes it. Then the store answers again, and the retry lands on it.
     h.advance(1000);
     let new = loop {
         match second
+            .lock()
             .acquire("retry", &resource, no_wait(60_000))
             .await
             .unwrap()
@@ -130,7 +134,7 @@ async fn a_finished_release_never_frees_a_later_holder(h: Harness) {
         "background releases never ended"
     );
     assert!(
-        second.is_held(&new).await.unwrap().unwrap(),
+        second.lock().is_held(&new).await.unwrap().unwrap(),
         "a finished release freed a later holder"
     );
 }
@@ -158,6 +162,7 @@ async fn acquires_refused_for_want_of_replica_acks_leave_no_lock_held() {
                 let mut instance = runtime.instantiate().await.unwrap();
                 let resource = format!("item:{}", t % 2);
                 instance
+                    .lock()
                     .acquire("acks", &resource, no_wait(60_000))
                     .await
                     .unwrap()
@@ -174,13 +179,16 @@ async fn acquires_refused_for_want_of_replica_acks_leave_no_lock_held() {
     let mut observer = common::instance_on(plain).await;
     for resource in ["item:0", "item:1"] {
         let freed = eventually(async || {
-            matches!(observer.inspect("acks", resource).await.unwrap(), Ok(None))
+            matches!(
+                observer.lock().inspect("acks", resource).await.unwrap(),
+                Ok(None)
+            )
         })
         .await;
         assert!(
             freed,
             "{resource} is held by nobody for its whole TTL: {:?}",
-            observer.inspect("acks", resource).await.unwrap()
+            observer.lock().inspect("acks", resource).await.unwrap()
         );
     }
 }

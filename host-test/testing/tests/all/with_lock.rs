@@ -96,7 +96,12 @@ async fn a_job_ten_times_its_ttl_keeps_its_lock_and_no_extend_follows_the_releas
                     let mut observer = runtime.instantiate().await.unwrap();
                     for _ in 0..10 {
                         tokio::time::sleep(Duration::from_millis(LONG_TTL_MS)).await;
-                        let holder = observer.inspect(ID, resource).await.unwrap().unwrap();
+                        let holder = observer
+                            .lock()
+                            .inspect(ID, resource)
+                            .await
+                            .unwrap()
+                            .unwrap();
                         assert_eq!(
                             holder.map(|h| h.fence),
                             Some(guard.fence()),
@@ -114,7 +119,7 @@ async fn a_job_ten_times_its_ttl_keeps_its_lock_and_no_extend_follows_the_releas
         panic!("expected the job to run: {ran:?}")
     };
     assert_eq!(
-        rival.inspect(ID, resource).await.unwrap().unwrap(),
+        rival.lock().inspect(ID, resource).await.unwrap().unwrap(),
         None,
         "released"
     );
@@ -156,8 +161,16 @@ async fn a_force_release_fires_the_lost_signal_and_the_run_is_lost(store: Store)
     );
     let take = async {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        assert!(rival.force_release(ID, resource).await.unwrap().unwrap());
+        assert!(
+            rival
+                .lock()
+                .force_release(ID, resource)
+                .await
+                .unwrap()
+                .unwrap()
+        );
         rival
+            .lock()
             .acquire(ID, resource, options(60_000))
             .await
             .unwrap()
@@ -175,7 +188,13 @@ async fn a_force_release_fires_the_lost_signal_and_the_run_is_lost(store: Store)
         }
         other => panic!("expected lost, got {other:?}"),
     }
-    let holder = rival.inspect(ID, resource).await.unwrap().unwrap().unwrap();
+    let holder = rival
+        .lock()
+        .inspect(ID, resource)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!(
         holder.fence, taken.fence,
         "the lost run freed nobody else's lock"
@@ -216,7 +235,12 @@ async fn a_panicking_job_is_released_and_its_panic_goes_on(store: Store) {
     let caught = std::panic::AssertUnwindSafe(run).catch_unwind().await;
     assert!(caught.is_err(), "the panic reached the caller");
     assert_eq!(
-        observer.inspect(ID, "panics").await.unwrap().unwrap(),
+        observer
+            .lock()
+            .inspect(ID, "panics")
+            .await
+            .unwrap()
+            .unwrap(),
         None,
         "released"
     );
@@ -244,6 +268,7 @@ async fn a_cancelled_run_releases_its_lock(store: Store) {
     started.notified().await;
     assert!(
         observer
+            .lock()
             .inspect(ID, "cancelled")
             .await
             .unwrap()
@@ -255,6 +280,7 @@ async fn a_cancelled_run_releases_its_lock(store: Store) {
     // Released from a spawned task, long before the 60 s TTL.
     let freed = tokio::time::timeout(Duration::from_secs(5), async {
         while observer
+            .lock()
             .inspect(ID, "cancelled")
             .await
             .unwrap()
@@ -272,6 +298,7 @@ async fn a_held_lock_is_busy_and_the_job_does_not_run(store: Store) {
     let runtime = Runtime::new(store).unwrap();
     let mut rival = runtime.instantiate().await.unwrap();
     let AcquireOutcome::Acquired(held) = rival
+        .lock()
         .acquire(ID, "held", options(60_000))
         .await
         .unwrap()
@@ -345,6 +372,7 @@ async fn a_store_stalled_past_the_ttl_fires_the_lost_signal() {
     let taken = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
             if let AcquireOutcome::Acquired(lock) = rival
+                .lock()
                 .acquire(ID, "stalled", options(60_000))
                 .await
                 .unwrap()
@@ -423,6 +451,7 @@ async fn an_acquire_that_waited_past_its_ttl_keeps_its_lock(store: Arc<dyn Backe
     let mut holder = runtime.instantiate().await.unwrap();
     let resource = "waited";
     let AcquireOutcome::Acquired(held) = holder
+        .lock()
         .acquire(ID, resource, options(60_000))
         .await
         .unwrap()
@@ -445,7 +474,12 @@ async fn an_acquire_that_waited_past_its_ttl_keeps_its_lock(store: Arc<dyn Backe
                 // Three TTLs of work, the lock refreshed beside it.
                 for _ in 0..3 {
                     tokio::time::sleep(Duration::from_millis(LONG_TTL_MS)).await;
-                    let holder = observer.inspect(ID, resource).await.unwrap().unwrap();
+                    let holder = observer
+                        .lock()
+                        .inspect(ID, resource)
+                        .await
+                        .unwrap()
+                        .unwrap();
                     seen.push((guard.is_lost(), holder.map(|h| h.fence)));
                 }
                 (waited, guard.fence(), seen)
@@ -454,7 +488,7 @@ async fn an_acquire_that_waited_past_its_ttl_keeps_its_lock(store: Arc<dyn Backe
     );
     let release = async {
         tokio::time::sleep(hold).await;
-        assert!(holder.release(&held).await.unwrap().unwrap());
+        assert!(holder.lock().release(&held).await.unwrap().unwrap());
     };
     let (ran, ()) = tokio::join!(run, release);
     let (waited, fence, seen) = match ran {
@@ -516,6 +550,7 @@ async fn without_refresh_a_waited_lock_is_presumed_expired_one_ttl_after_it_was_
     let mut holder = runtime.instantiate().await.unwrap();
     let resource = "waited-once";
     let AcquireOutcome::Acquired(held) = holder
+        .lock()
         .acquire(ID, resource, options(60_000))
         .await
         .unwrap()
@@ -537,7 +572,7 @@ async fn without_refresh_a_waited_lock_is_presumed_expired_one_ttl_after_it_was_
     );
     let release = async {
         tokio::time::sleep(Duration::from_millis(2 * LONG_TTL_MS)).await;
-        assert!(holder.release(&held).await.unwrap().unwrap());
+        assert!(holder.lock().release(&held).await.unwrap().unwrap());
     };
     let (ran, ()) = tokio::join!(run, release);
     match ran {

@@ -46,7 +46,7 @@ async fn a_forced_release_frees_only_the_holder_it_showed() {
             .expect("the prompt");
         assert!(shown.contains(&first.fence.to_string()), "{shown}");
         // Meanwhile, elsewhere: F1 is released and the lock taken again.
-        assert!(i.release(&first).await.unwrap().unwrap());
+        assert!(i.lock().release(&first).await.unwrap().unwrap());
         let second = take(&mut i, "inventory.stock", &resource).await;
         assert!(second.fence > first.fence);
         let mut stdin = child.stdin.take().unwrap();
@@ -57,7 +57,7 @@ async fn a_forced_release_frees_only_the_holder_it_showed() {
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert_eq!(output.status.code(), Some(1), "{stdout} / {stderr}");
         assert!(
-            i.is_held(&second).await.unwrap().unwrap(),
+            i.lock().is_held(&second).await.unwrap().unwrap(),
             "the holder the operator never saw keeps its lock: {stdout} / {stderr}"
         );
         if json {
@@ -80,7 +80,7 @@ async fn a_forced_release_frees_only_the_holder_it_showed() {
                 "names the new holder: {said}"
             );
         }
-        assert!(i.release(&second).await.unwrap().unwrap());
+        assert!(i.lock().release(&second).await.unwrap().unwrap());
     }
     common::delete_prefix(&url, &prefix);
 }
@@ -123,7 +123,8 @@ async fn what_clients_wrote_cannot_write_on_the_operators_terminal() {
         max_value_bytes: 4096,
     };
     // Bytes that are not UTF-8, as a function in bytes mode may store them.
-    i.upsert(&editors, "apple", "binary", &[0xff, 0x00, b'a', 0x80])
+    i.ephemeral()
+        .upsert(&editors, "apple", "binary", &[0xff, 0x00, b'a', 0x80])
         .await
         .unwrap()
         .unwrap();

@@ -55,6 +55,7 @@ async fn lock_ephemeral_and_limit_commands_see_and_change_what_functions_see() {
     let mut i = Runtime::new(backend).unwrap().instantiate().await.unwrap();
     let options = AcquireOptions::new().ttl_ms(60_000).no_wait();
     let AcquireOutcome::Acquired(lock) = i
+        .lock()
         .acquire("inventory.stock", "item:9", options)
         .await
         .unwrap()
@@ -89,7 +90,10 @@ async fn lock_ephemeral_and_limit_commands_see_and_change_what_functions_see() {
         "n\n",
     );
     assert_eq!(declined.status.code(), Some(1));
-    assert!(i.is_held(&lock).await.unwrap().unwrap(), "not released");
+    assert!(
+        i.lock().is_held(&lock).await.unwrap().unwrap(),
+        "not released"
+    );
     let without_force = coord(
         &["lock", "release", "inventory.stock", "item:9"],
         &url,
@@ -113,9 +117,9 @@ async fn lock_ephemeral_and_limit_commands_see_and_change_what_functions_see() {
     );
     assert!(released.status.success());
     assert_eq!(json(&released)["released"], true);
-    assert!(!i.is_held(&lock).await.unwrap().unwrap(), "freed");
+    assert!(!i.lock().is_held(&lock).await.unwrap().unwrap(), "freed");
     assert!(
-        !i.release(&lock).await.unwrap().unwrap(),
+        !i.lock().release(&lock).await.unwrap().unwrap(),
         "the holder lost it"
     );
 
@@ -124,7 +128,8 @@ async fn lock_ephemeral_and_limit_commands_see_and_change_what_functions_see() {
         ttl_ms: 30_000,
         max_value_bytes: 4096,
     };
-    i.upsert(&editors, "item:9", "s1", br#"{"user":"ada"}"#)
+    i.ephemeral()
+        .upsert(&editors, "item:9", "s1", br#"{"user":"ada"}"#)
         .await
         .unwrap()
         .unwrap();
@@ -171,7 +176,11 @@ async fn lock_ephemeral_and_limit_commands_see_and_change_what_functions_see() {
         algorithm: None,
     };
     for _ in 0..3 {
-        i.check(&limiter, "user:ann", None).await.unwrap().unwrap();
+        i.ratelimit()
+            .check(&limiter, "user:ann", None)
+            .await
+            .unwrap()
+            .unwrap();
     }
     let limit = [
         "inventory.exports",
@@ -197,7 +206,8 @@ async fn lock_ephemeral_and_limit_commands_see_and_change_what_functions_see() {
     );
     assert_eq!(json(&reset)["remaining"], 10);
     assert_eq!(
-        i.peek(&limiter, "user:ann")
+        i.ratelimit()
+            .peek(&limiter, "user:ann")
             .await
             .unwrap()
             .unwrap()
@@ -278,7 +288,13 @@ async fn take(
     resource: &str,
 ) -> coord_host::lock::HeldLock {
     let options = AcquireOptions::new().ttl_ms(60_000).no_wait();
-    match i.acquire(id, resource, options).await.unwrap().unwrap() {
+    match i
+        .lock()
+        .acquire(id, resource, options)
+        .await
+        .unwrap()
+        .unwrap()
+    {
         AcquireOutcome::Acquired(lock) => lock,
         AcquireOutcome::Busy(h) => panic!("busy at fence {}", h.fence),
     }

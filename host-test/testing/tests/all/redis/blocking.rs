@@ -234,7 +234,7 @@ async fn a_lock_waiter_takes_the_lock_in_the_request_it_waits_in() {
             (outcome, waiter.store_calls())
         });
         until_blocked(&url, 1).await;
-        assert!(holder.release(&lock).await.unwrap().unwrap());
+        assert!(holder.lock().release(&lock).await.unwrap().unwrap());
         let (outcome, store_calls) = waiting.await.unwrap();
         let taken = held(outcome);
         assert!(taken.fence > lock.fence);
@@ -294,7 +294,7 @@ async fn a_blocking_connection_killed_mid_wait_is_unavailable_never_busy_or_acqu
             acquire(&mut waiter, options).await
         });
         until_blocked(&url, 1).await;
-        assert!(holder.release(&lock).await.unwrap().unwrap());
+        assert!(holder.lock().release(&lock).await.unwrap().unwrap());
         assert!(held(retry.await.unwrap()).fence > lock.fence);
         assert_eq!(
             backend.blocking_connections_opened(),

@@ -83,7 +83,7 @@ async fn a_killed_connection_is_unavailable_never_busy_or_acquired_then_recovers
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         assert_eq!(holder_seen.fence, lock.fence, "the holder survived");
-        assert!(holder.release(&lock).await.unwrap().unwrap());
+        assert!(holder.lock().release(&lock).await.unwrap().unwrap());
     })
     .await
 }
@@ -148,7 +148,7 @@ async fn a_stall_longer_than_the_ttl_is_unavailable_and_the_late_holder_loses() 
         let lock = held(acquire(&mut holder, no_wait(300)).await);
         proxy.stall(true);
         // The holder cannot reach Redis: unavailable, never "extended" or "lost".
-        let extend = holder.extend(&lock, Some(10_000)).await.unwrap();
+        let extend = holder.lock().extend(&lock, Some(10_000)).await.unwrap();
         assert!(matches!(extend, Err(Error::Unavailable(_))), "{extend:?}");
         // Its TTL runs out on Redis's clock; the rival, who can reach Redis, takes over.
         let wait = AcquireOptions {
@@ -163,13 +163,14 @@ async fn a_stall_longer_than_the_ttl_is_unavailable_and_the_late_holder_loses() 
         proxy.stall(false);
         // Back in touch, the late holder learns it lost the lock; the rival keeps it.
         let release = loop {
-            match holder.release(&lock).await.unwrap() {
+            match holder.lock().release(&lock).await.unwrap() {
                 Err(Error::Unavailable(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
                 other => break other,
             }
         };
         assert_eq!(release, Ok(false));
         let holder_seen = rival
+            .lock()
             .inspect("inventory.stock", "item:1")
             .await
             .unwrap()
@@ -211,7 +212,7 @@ async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
                     n += 1;
                     let resource = format!("item:{}", n % 3);
                     let options = AcquireOptions::new().ttl_ms(2_000).no_wait();
-                    let lock = match i.acquire("stock", &resource, options).await.unwrap() {
+                    let lock = match i.lock().acquire("stock", &resource, options).await.unwrap() {
                         Ok(AcquireOutcome::Acquired(lock)) => lock,
                         Ok(AcquireOutcome::Busy(_)) => continue,
                         Err(Error::Unavailable(_)) => {
@@ -237,7 +238,7 @@ async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
                             accepted.fetch_add(1, Ordering::SeqCst);
                         }
                     }
-                    match i.release(&lock).await.unwrap() {
+                    match i.lock().release(&lock).await.unwrap() {
                         Ok(_) => {}
                         Err(Error::Unavailable(_)) => {
                             unavailable.fetch_add(1, Ordering::SeqCst);
@@ -290,6 +291,7 @@ async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
             };
             let lock = loop {
                 match i
+                    .lock()
                     .acquire("stock", &format!("item:{r}"), options)
                     .await
                     .unwrap()
@@ -301,7 +303,7 @@ async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
                     other => panic!("after recovery: {other:?}"),
                 }
             };
-            assert!(i.release(&lock).await.unwrap().unwrap());
+            assert!(i.lock().release(&lock).await.unwrap().unwrap());
         }
         eprintln!(
             "mid-run faults: {} writes accepted, {} calls unavailable, {} distinct fences",

@@ -61,7 +61,8 @@ async fn put(backend: &RedisBackend, key: &str, value: &[u8], ttl_ms: Option<u64
 }
 
 async fn acquire(i: &mut Instance, options: AcquireOptions) -> Result<AcquireOutcome, Error> {
-    i.acquire("inventory.stock", "item:1", options)
+    i.lock()
+        .acquire("inventory.stock", "item:1", options)
         .await
         .expect("no trap")
 }

@@ -50,10 +50,11 @@ async fn every_store_call_is_one_redis_round_trip() {
         let mut i = runtime.instantiate().await.unwrap();
         let before = backend.round_trips();
         let lock = held(acquire(&mut i, no_wait(5000)).await);
-        let ExtendOutcome::Extended(lock) = i.extend(&lock, None).await.unwrap().unwrap() else {
+        let ExtendOutcome::Extended(lock) = i.lock().extend(&lock, None).await.unwrap().unwrap()
+        else {
             panic!("lost")
         };
-        assert!(i.release(&lock).await.unwrap().unwrap());
+        assert!(i.lock().release(&lock).await.unwrap().unwrap());
         assert_eq!(i.store_calls(), 3);
         assert_eq!(backend.round_trips() - before, 3);
     })
@@ -111,7 +112,7 @@ async fn every_key_carries_a_ttl_so_nothing_leaks() {
         while backend.waiters(&partition) != 1 {
             tokio::task::yield_now().await;
         }
-        assert!(i.release(&lock).await.unwrap().unwrap());
+        assert!(i.lock().release(&lock).await.unwrap().unwrap());
         assert!(waiter.await.unwrap().unwrap() > lock.fence);
         held(acquire(&mut i, no_wait(3_000)).await);
         backend
@@ -172,7 +173,7 @@ async fn rediss_urls_reach_a_tls_only_server() {
         while backend.waiters(&partition) != 1 {
             tokio::task::yield_now().await;
         }
-        assert!(i.release(&lock).await.unwrap().unwrap());
+        assert!(i.lock().release(&lock).await.unwrap().unwrap());
         assert!(waiter.await.unwrap().unwrap() > lock.fence);
     })
     .await
@@ -234,7 +235,8 @@ async fn a_rate_limit_key_expires_two_windows_after_its_last_use() {
             algorithm: None,
         };
         assert!(
-            i.check(&limiter, "user:1", None)
+            i.ratelimit()
+                .check(&limiter, "user:1", None)
                 .await
                 .unwrap()
                 .unwrap()

@@ -163,7 +163,12 @@ async fn failover_round(cluster: &mut RedisCluster, replica_acks: u32) -> Round 
             while !stop.load(Ordering::SeqCst) {
                 let sent = Instant::now();
                 let options = AcquireOptions::new().ttl_ms(20_000).wait_up_to(500);
-                let lock = match instance.acquire("stock", &resource, options).await.unwrap() {
+                let lock = match instance
+                    .lock()
+                    .acquire("stock", &resource, options)
+                    .await
+                    .unwrap()
+                {
                     Ok(AcquireOutcome::Acquired(lock)) => lock,
                     Ok(AcquireOutcome::Busy(_)) => continue,
                     Err(_) => {
@@ -187,7 +192,7 @@ async fn failover_round(cluster: &mut RedisCluster, replica_acks: u32) -> Round 
                     from,
                     until: Instant::now(),
                 });
-                let _ = instance.release(&lock).await;
+                let _ = instance.lock().release(&lock).await;
             }
         }));
     }

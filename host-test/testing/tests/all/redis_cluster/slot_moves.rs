@@ -39,8 +39,11 @@ async fn moving_the_slots_of_a_held_lock_and_a_watched_tenant_loses_nothing() {
     // The holder: acquires, then extends every 200 ms; never told "lost".
     let mut holder = runtime.instantiate().await.unwrap();
     let options = AcquireOptions::new().ttl_ms(5_000);
-    let Ok(AcquireOutcome::Acquired(mut held)) =
-        holder.acquire("stock", resource, options).await.unwrap()
+    let Ok(AcquireOutcome::Acquired(mut held)) = holder
+        .lock()
+        .acquire("stock", resource, options)
+        .await
+        .unwrap()
     else {
         panic!("the lock was not free");
     };
@@ -50,7 +53,7 @@ async fn moving_the_slots_of_a_held_lock_and_a_watched_tenant_loses_nothing() {
         tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                match holder.extend(&held, Some(5_000)).await.unwrap() {
+                match holder.lock().extend(&held, Some(5_000)).await.unwrap() {
                     Ok(ExtendOutcome::Extended(renewed)) => {
                         count("extended");
                         held = renewed;
@@ -59,7 +62,7 @@ async fn moving_the_slots_of_a_held_lock_and_a_watched_tenant_loses_nothing() {
                     Err(_) => count("extend unavailable"),
                 }
             }
-            holder.release(&held).await.unwrap()
+            holder.lock().release(&held).await.unwrap()
         })
     };
     // Two contenders: busy or unavailable, never acquired.
@@ -70,7 +73,12 @@ async fn moving_the_slots_of_a_held_lock_and_a_watched_tenant_loses_nothing() {
             let mut instance = runtime.instantiate().await.unwrap();
             while !stop.load(Ordering::SeqCst) {
                 let options = AcquireOptions::new().ttl_ms(5_000).wait_up_to(300);
-                match instance.acquire("stock", resource, options).await.unwrap() {
+                match instance
+                    .lock()
+                    .acquire("stock", resource, options)
+                    .await
+                    .unwrap()
+                {
                     Ok(AcquireOutcome::Acquired(_)) => count("contender acquired"),
                     Ok(AcquireOutcome::Busy(_)) => count("busy"),
                     Err(_) => count("acquire unavailable"),
@@ -355,7 +363,12 @@ async fn contended_calls_during_slot_moves_back_and_forth_never_fail() {
             while !stop.load(Ordering::SeqCst) {
                 n += 1;
                 let options = AcquireOptions::new().ttl_ms(10_000).wait_up_to(5_000);
-                let lock = match instance.acquire("stock", resource, options).await.unwrap() {
+                let lock = match instance
+                    .lock()
+                    .acquire("stock", resource, options)
+                    .await
+                    .unwrap()
+                {
                     Ok(AcquireOutcome::Acquired(lock)) => lock,
                     Ok(AcquireOutcome::Busy(_)) => continue,
                     Err(e) => {
@@ -370,7 +383,7 @@ async fn contended_calls_during_slot_moves_back_and_forth_never_fail() {
                 {
                     failures.lock().unwrap().push(format!("put: {e:?}"));
                 }
-                match instance.release(&lock).await.unwrap() {
+                match instance.lock().release(&lock).await.unwrap() {
                     Ok(true) => {}
                     other => failures.lock().unwrap().push(format!("release: {other:?}")),
                 }

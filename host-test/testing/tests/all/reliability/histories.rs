@@ -104,6 +104,7 @@ async fn lock_histories_are_linearizable(h: Harness) {
                     let t = recorder.invoke();
                     let options = AcquireOptions::new().ttl_ms(60_000).no_wait();
                     match i
+                        .lock()
                         .acquire("stock", &format!("hist-{round}"), options)
                         .await
                         .unwrap()
@@ -115,7 +116,7 @@ async fn lock_histories_are_linearizable(h: Harness) {
                                 tokio::task::yield_now().await;
                             }
                             let t = recorder.invoke();
-                            let released = i.release(&lock).await.unwrap().unwrap();
+                            let released = i.lock().release(&lock).await.unwrap().unwrap();
                             recorder.returned(
                                 t,
                                 LockIn::Release(lock.fence),
@@ -123,7 +124,7 @@ async fn lock_histories_are_linearizable(h: Harness) {
                             );
                             // A second, stale release must be refused.
                             let t = recorder.invoke();
-                            let again = i.release(&lock).await.unwrap().unwrap();
+                            let again = i.lock().release(&lock).await.unwrap().unwrap();
                             recorder.returned(
                                 t,
                                 LockIn::Release(lock.fence),
@@ -166,7 +167,12 @@ async fn rate_limit_histories_are_linearizable(h: Harness) {
             for _ in 0..8 {
                 let cost = 1 + rng.below(3) as u32;
                 let t = recorder.invoke();
-                let d = i.check(&limiter, "k", Some(cost)).await.unwrap().unwrap();
+                let d = i
+                    .ratelimit()
+                    .check(&limiter, "k", Some(cost))
+                    .await
+                    .unwrap()
+                    .unwrap();
                 recorder.returned(t, cost, d.allowed);
             }
         }));
@@ -271,6 +277,7 @@ async fn expiring_lock_histories_are_linearizable(h: Harness) {
                     let t = recorder.invoke();
                     let resource = format!("exp-hist-{round}");
                     match i
+                        .lock()
                         .acquire("stock", &resource, options)
                         .await
                         .unwrap()
@@ -297,7 +304,7 @@ async fn expiring_lock_histories_are_linearizable(h: Harness) {
                                 clock.advance(ttl + 1);
                             }
                             let t = recorder.invoke();
-                            let released = i.release(&lock).await.unwrap().unwrap();
+                            let released = i.lock().release(&lock).await.unwrap().unwrap();
                             if !released {
                                 lapsed.fetch_add(1, Ordering::SeqCst);
                             }
@@ -438,6 +445,7 @@ async fn ephemeral_histories_are_linearizable(h: Harness) {
                         0 | 1 => {
                             let value = format!("{c}.{n}").into_bytes();
                             let written = i
+                                .ephemeral()
                                 .upsert(&space, &tenant, &key, &value)
                                 .await
                                 .unwrap()
@@ -445,16 +453,30 @@ async fn ephemeral_histories_are_linearizable(h: Harness) {
                             (EphIn::Upsert(key, value), EphOut::Written(written.revision))
                         }
                         2 if n % 2 == 0 => {
-                            let found = i.touch(&space, &tenant, &key).await.unwrap().unwrap();
+                            let found = i
+                                .ephemeral()
+                                .touch(&space, &tenant, &key)
+                                .await
+                                .unwrap()
+                                .unwrap();
                             (EphIn::Touch(key), EphOut::Found(found))
                         }
                         2 => {
-                            let found = i.delete(&space, &tenant, &key).await.unwrap().unwrap();
+                            let found = i
+                                .ephemeral()
+                                .delete(&space, &tenant, &key)
+                                .await
+                                .unwrap()
+                                .unwrap();
                             (EphIn::Delete(key), EphOut::Found(found))
                         }
                         _ => {
-                            let snapshot =
-                                i.snapshot(&space, &tenant, None).await.unwrap().unwrap();
+                            let snapshot = i
+                                .ephemeral()
+                                .snapshot(&space, &tenant, None)
+                                .await
+                                .unwrap()
+                                .unwrap();
                             let mut seen: Vec<_> = snapshot
                                 .entries
                                 .into_iter()

@@ -150,6 +150,7 @@ async fn fenced_writes(h: Harness, rounds: usize) {
                     wait: Some(WaitPolicy::Timeout(2_000)),
                 };
                 let lock = match i
+                    .lock()
                     .acquire("stock", &resource, options)
                     .await
                     .unwrap()
@@ -173,7 +174,7 @@ async fn fenced_writes(h: Harness, rounds: usize) {
                 } else {
                     tally.refused.fetch_add(1, Ordering::SeqCst);
                 }
-                if !i.release(&lock).await.unwrap().unwrap() {
+                if !i.lock().release(&lock).await.unwrap().unwrap() {
                     tally.lost_releases.fetch_add(1, Ordering::SeqCst);
                 }
             }
@@ -242,7 +243,7 @@ async fn injected_store_faults_never_grant_wrongly_and_work_resumes(h: Harness) 
                     ttl_ms: Some(50 + rng.below(200)),
                     wait: Some(WaitPolicy::NoWait),
                 };
-                match i.acquire("stock", &resource, options).await.unwrap() {
+                match i.lock().acquire("stock", &resource, options).await.unwrap() {
                     Err(Error::Unavailable(_)) => {
                         unavailable.fetch_add(1, Ordering::SeqCst);
                     }
@@ -251,7 +252,7 @@ async fn injected_store_faults_never_grant_wrongly_and_work_resumes(h: Harness) 
                     Ok(AcquireOutcome::Acquired(lock)) => {
                         granted.fetch_add(1, Ordering::SeqCst);
                         assert_holds(inner.as_ref(), &lock).await;
-                        match i.release(&lock).await.unwrap() {
+                        match i.lock().release(&lock).await.unwrap() {
                             Ok(_) => {}
                             Err(Error::Unavailable(_)) => {
                                 unavailable.fetch_add(1, Ordering::SeqCst);
@@ -289,7 +290,7 @@ async fn injected_store_faults_never_grant_wrongly_and_work_resumes(h: Harness) 
     let mut i = runtime.instantiate().await.unwrap();
     let mut allowed = 0;
     for _ in 0..100 {
-        match i.check(&limiter, "user:1", None).await.unwrap() {
+        match i.ratelimit().check(&limiter, "user:1", None).await.unwrap() {
             Ok(d) if d.allowed => allowed += 1,
             Ok(_) => {}
             Err(coord_host::ratelimit::Error::Unavailable(_)) => {}
@@ -306,6 +307,7 @@ async fn injected_store_faults_never_grant_wrongly_and_work_resumes(h: Harness) 
         let options = AcquireOptions::new().ttl_ms(1000).no_wait();
         let resource = format!("item:{}", t % 2);
         let AcquireOutcome::Acquired(lock) = i
+            .lock()
             .acquire("stock", &resource, options)
             .await
             .unwrap()
@@ -313,7 +315,7 @@ async fn injected_store_faults_never_grant_wrongly_and_work_resumes(h: Harness) 
         else {
             panic!("after recovery the lock must be free");
         };
-        assert!(i.release(&lock).await.unwrap().unwrap());
+        assert!(i.lock().release(&lock).await.unwrap().unwrap());
     }
     eprintln!(
         "faults: {} injected, {} calls unavailable, {} locks granted, {allowed} of 100 checks allowed (limit 30)",
