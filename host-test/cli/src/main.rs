@@ -237,8 +237,8 @@ async fn demo(target: Target) -> wasmtime::Result<()> {
         } => inventory::Inventory::redis(url)
             .await
             .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e}"))?,
-        // A cluster or NATS: the inventory lives in coord's own store.
-        Target::Redis { cluster: true, .. } | Target::Nats { .. } => {
+        // A cluster, NATS or PostgreSQL: the inventory lives in coord's own store.
+        Target::Redis { cluster: true, .. } | Target::Nats { .. } | Target::Postgres { .. } => {
             inventory::Inventory::Store(backend.clone())
         }
     };

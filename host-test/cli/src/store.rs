@@ -1,5 +1,6 @@
 //! Where coordination state lives: the store flags every command shares
-//! (`--redis`, `--redis-cluster`, `--nats`, their environment variables),
+//! (`--redis`, `--redis-cluster`, `--nats`, `--postgres`, their
+//! environment variables),
 //! what they resolve to, and connecting to it.
 
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use clap::{Args, CommandFactory};
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::backend::{Backend, StoreError};
 use coord_nats::{NatsBackend, NatsConfig};
+use coord_postgres::{PostgresBackend, PostgresConfig};
 use coord_redis::{RedisBackend, RedisConfig};
 
 use crate::Cli;
@@ -21,7 +23,7 @@ pub struct StoreArgs {
     /// Processes on one Redis share it. Without the flag, a non-empty
     /// $COORD_REDIS_URL means the same as --redis $COORD_REDIS_URL.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
-          conflicts_with_all = ["nats", "redis_cluster"])]
+          conflicts_with_all = ["nats", "redis_cluster", "postgres"])]
     redis: Option<String>,
     /// Keep coordination state in a Redis Cluster: the URLs of one or more
     /// of its nodes, comma-separated (the rest are found from them). A node
@@ -29,7 +31,8 @@ pub struct StoreArgs {
     /// prints them: it takes the first URL's scheme, user and password.
     /// Each call goes to the master serving its partition. Without the
     /// flag, a non-empty $COORD_REDIS_CLUSTER means the same.
-    #[arg(long, value_name = "URLS", conflicts_with = "nats", value_parser = cluster_seeds)]
+    #[arg(long, value_name = "URLS", conflicts_with_all = ["nats", "postgres"],
+          value_parser = cluster_seeds)]
     redis_cluster: Option<String>,
     /// On Redis (one server or a cluster): answer a write only once this
     /// many replicas hold it (WAIT behind each write), else `unavailable`,
@@ -42,7 +45,8 @@ pub struct StoreArgs {
     /// later): URL, else $NATS_URL, else nats://127.0.0.1:4222. Processes
     /// on one NATS share it. Without the flag, a non-empty $COORD_NATS_URL
     /// means the same as --nats $COORD_NATS_URL.
-    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
+          conflicts_with = "postgres")]
     nats: Option<String>,
     /// Replicas of the JetStream stream (default: 3 when --nats names three
     /// or more servers, else 1). A stream that exists with another count is
@@ -50,7 +54,16 @@ pub struct StoreArgs {
     #[arg(long, value_name = "N", env = "COORD_NATS_REPLICAS",
           value_parser = clap::value_parser!(u16).range(1..=5))]
     nats_replicas: Option<u16>,
-    /// The first part of every Redis key (and every NATS subject).
+    /// Keep coordination state in PostgreSQL: URL
+    /// (postgres://USER:PASSWORD@HOST:PORT/DATABASE), else $DATABASE_URL,
+    /// else postgres://postgres@127.0.0.1:5432/postgres. Processes on one
+    /// database share it, in the table <prefix>_partitions (made if
+    /// missing). Without the flag, a non-empty $COORD_POSTGRES_URL means
+    /// the same as --postgres $COORD_POSTGRES_URL.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    postgres: Option<String>,
+    /// The first part of every Redis key (and every NATS subject, and the
+    /// PostgreSQL table's name).
     #[arg(
         long,
         value_name = "NAME",
@@ -75,6 +88,13 @@ pub enum Target {
         /// The key prefix.
         prefix: String,
     },
+    /// A PostgreSQL database shared by every process pointed at it.
+    Postgres {
+        /// The database's URL.
+        url: String,
+        /// The table's prefix.
+        prefix: String,
+    },
     /// A NATS JetStream shared by every process pointed at it.
     Nats {
         /// The server's URL.
@@ -88,13 +108,29 @@ pub enum Target {
 
 impl StoreArgs {
     /// Where these arguments (and COORD_REDIS_URL, COORD_REDIS_CLUSTER,
-    /// COORD_NATS_URL) say the state lives.
+    /// COORD_NATS_URL, COORD_POSTGRES_URL) say the state lives.
     pub fn target(&self) -> Target {
         let env = |name| {
             std::env::var(name)
                 .ok()
                 .filter(|url: &String| !url.trim().is_empty())
         };
+        if self.redis.is_none()
+            && self.nats.is_none()
+            && let Some(url) = self.postgres.clone().or_else(|| env("COORD_POSTGRES_URL"))
+        {
+            return Target::Postgres {
+                url: if url.trim().is_empty() {
+                    default_url(
+                        std::env::var("DATABASE_URL").ok(),
+                        "postgres://postgres@127.0.0.1:5432/postgres",
+                    )
+                } else {
+                    url
+                },
+                prefix: self.prefix.clone(),
+            };
+        }
         if self.redis.is_none()
             && let Some(url) = self.nats.clone().or_else(|| env("COORD_NATS_URL"))
         {
@@ -227,6 +263,20 @@ fn cluster_seeds(text: &str) -> Result<String, String> {
     Ok(urls.join(","))
 }
 
+/// A URL as the log shows it: with its password, if any, replaced.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.rsplit_once('@') {
+        Some((credentials, host)) => match credentials.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
 /// A URL from the environment unless it is unset or empty, else `local`.
 fn default_url(from_env: Option<String>, local: &str) -> String {
     from_env
@@ -295,6 +345,20 @@ pub async fn backend_for(
             Ok((
                 Arc::new(backend),
                 format!("{what} at {url} (prefix {prefix}{acks})"),
+            ))
+        }
+        Target::Postgres { url, prefix } => {
+            let config = PostgresConfig {
+                table: PostgresConfig::table_for(prefix),
+                ..PostgresConfig::new(url)
+            };
+            let table = config.table.clone();
+            let backend = PostgresBackend::connect(config)
+                .await
+                .map_err(|e| cannot("PostgreSQL", &redacted(url), e))?;
+            Ok((
+                Arc::new(backend),
+                format!("PostgreSQL at {} (table {table})", redacted(url)),
             ))
         }
         Target::Nats {

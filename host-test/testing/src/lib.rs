@@ -25,6 +25,7 @@ use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::clock::ManualClock;
 use coord_nats::{NatsBackend, NatsConfig};
+use coord_postgres::{PostgresBackend, PostgresConfig};
 use coord_redis::{RedisBackend, RedisConfig};
 
 pub mod conformance;
@@ -33,12 +34,14 @@ pub mod faulty;
 pub mod history;
 pub mod nats_cluster;
 mod nats_server;
+mod postgres_server;
 pub mod recording;
 pub mod redis_cluster;
 mod redis_server;
 pub mod stall_proxy;
 pub mod watchdog;
 pub use nats_server::{NatsServer, nats_server_binary, nats_url, server_version};
+pub use postgres_server::{drop_table, postgres_url};
 pub use redis_cluster::{RedisCluster, redis_cluster_url};
 pub use redis_server::{RedisServer, free_ports, redis_url};
 pub use watchdog::{Progress, ProgressBackend, QUIET, watchdog};
@@ -54,21 +57,16 @@ pub struct Harness {
     progress: Progress,
     clock: Arc<ManualClock>,
     waiters: Box<dyn Fn(&str) -> usize + Send + Sync>,
-    /// The Redis URL and key prefix whose keys are deleted when the harness
-    /// drops (tests share the machine's Redis; partitions without a TTL
-    /// would otherwise stay there).
-    cleanup: Option<(String, String)>,
-    /// The NATS URL and stream deleted when the harness drops.
-    nats_cleanup: Option<(String, String)>,
+    /// What the harness deletes when it drops: the test's Redis keys, NATS
+    /// stream or PostgreSQL table (tests share the machine's servers;
+    /// partitions without a TTL would otherwise stay there).
+    cleanup: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        if let Some((url, prefix)) = self.cleanup.take() {
-            delete_prefix(&url, &prefix);
-        }
-        if let Some((url, stream)) = self.nats_cleanup.take() {
-            delete_stream(url, stream);
+        if let Some(cleanup) = self.cleanup.take() {
+            cleanup();
         }
     }
 }
@@ -134,7 +132,6 @@ impl Harness {
             clock,
             waiters: Box::new(waiters),
             cleanup: None,
-            nats_cleanup: None,
         }
     }
 
@@ -194,7 +191,6 @@ pub fn memory(history: usize) -> Harness {
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
         cleanup: None,
-        nats_cleanup: None,
     }
 }
 
@@ -235,7 +231,9 @@ async fn redis_harness(url: String, history: usize, cluster: bool) -> Harness {
         cluster,
         ..redis_config(&url, history, Some(clock.clone()))
     };
-    let cleanup = Some((url, config.prefix.clone()));
+    let prefix = config.prefix.clone();
+    let cleanup: Option<Box<dyn FnOnce() + Send + Sync>> =
+        Some(Box::new(move || delete_prefix(&url, &prefix)));
     let backend = Arc::new(
         RedisBackend::connect(config)
             .await
@@ -248,7 +246,6 @@ async fn redis_harness(url: String, history: usize, cluster: bool) -> Harness {
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
         cleanup,
-        nats_cleanup: None,
     }
 }
 
@@ -274,7 +271,10 @@ pub async fn nats(history: usize) -> Harness {
     let url = nats_url();
     let clock = Arc::new(ManualClock::new(T0));
     let config = nats_config(&url, history, Some(clock.clone()));
-    let nats_cleanup = Some((url.clone(), config.stream.clone()));
+    let stream = config.stream.clone();
+    let cleanup_url = url.clone();
+    let cleanup: Option<Box<dyn FnOnce() + Send + Sync>> =
+        Some(Box::new(move || delete_stream(cleanup_url, stream)));
     let backend = Arc::new(NatsBackend::connect(config).await.expect("connect to NATS"));
     let progress = Progress::new();
     Harness {
@@ -282,8 +282,49 @@ pub async fn nats(history: usize) -> Harness {
         progress,
         clock,
         waiters: Box::new(move |partition| backend.waiters(partition)),
-        cleanup: None,
-        nats_cleanup,
+        cleanup,
+    }
+}
+
+/// A PostgreSQL configuration for one test: its own table (tests share the
+/// server and run in parallel), a short retention, and `clock`.
+pub fn postgres_config(
+    url: &str,
+    history: usize,
+    clock: Option<Arc<ManualClock>>,
+) -> PostgresConfig {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    PostgresConfig {
+        table: format!("coordtest_{}_{n}", std::process::id()),
+        history,
+        retention_ms: 60_000,
+        pool_size: 4,
+        test_clock: clock,
+        ..PostgresConfig::new(url)
+    }
+}
+
+/// The PostgreSQL backend on a real server (see [`postgres_url`]), with its
+/// "now" taken from a manual clock so TTL tests move time instead of
+/// sleeping; its table is dropped when the harness drops.
+pub async fn postgres(history: usize) -> Harness {
+    let url = postgres_url().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = postgres_config(&url, history, Some(clock.clone()));
+    let table = config.table.clone();
+    let backend = Arc::new(
+        PostgresBackend::connect(config)
+            .await
+            .expect("connect to PostgreSQL"),
+    );
+    let progress = Progress::new();
+    Harness {
+        backend: Arc::new(ProgressBackend::new(backend.clone(), progress.clone())),
+        progress,
+        clock,
+        waiters: Box::new(move |partition| backend.waiters(partition)),
+        cleanup: Some(Box::new(move || drop_table(url, table))),
     }
 }
 
@@ -351,6 +392,15 @@ macro_rules! per_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let harness = $crate::nats(super::HISTORY).await;
+                    $crate::watched(harness, super::$name).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let harness = $crate::postgres(super::HISTORY).await;
                     $crate::watched(harness, super::$name).await
                 }
             )*

@@ -19,3 +19,7 @@ mod redis_cluster {
 mod nats {
     coord_testing::conformance_suite!(coord_testing::nats);
 }
+
+mod postgres {
+    coord_testing::conformance_suite!(coord_testing::postgres);
+}

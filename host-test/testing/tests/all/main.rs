@@ -34,6 +34,7 @@ mod with_lock;
 mod conformance;
 mod nats;
 mod nats_cluster;
+mod postgres;
 mod redis;
 mod redis_cluster;
 

@@ -1,6 +1,6 @@
-//! Two `coord serve` processes on one store (Redis, a Redis Cluster, NATS)
-//! share locks, presence and limits; the example's items spread over a
-//! cluster's masters.
+//! Two `coord serve` processes on one store (Redis, a Redis Cluster, NATS,
+//! PostgreSQL) share locks, presence and limits; the example's items
+//! spread over a cluster's masters.
 
 use super::Prefix;
 use crate::common;
@@ -25,6 +25,15 @@ async fn two_serve_processes_on_one_nats_share_locks_presence_and_limits() {
     let subjects = format!("serve{}", std::process::id());
     let args = ["--nats", url.as_str(), "--prefix", subjects.as_str()];
     two_processes_share_locks_presence_and_limits(&args).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_processes_on_one_postgres_share_locks_presence_and_limits() {
+    let url = common::postgres_url().await;
+    let prefix = format!("serve{}", std::process::id());
+    let args = ["--postgres", url.as_str(), "--prefix", prefix.as_str()];
+    two_processes_share_locks_presence_and_limits(&args).await;
+    common::drop_table(url, coord_postgres::PostgresConfig::table_for(&prefix));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,6 +153,18 @@ async fn two_processes_share_locks_presence_and_limits(args: &[&str]) {
         .call("POST", "/items/lime/adjust?delta=-2", None, "")
         .await;
     assert_eq!(written.status, 200, "{}", written.json);
+    let fence = |reply: &serde_json::Value| -> u128 {
+        reply["fence"]
+            .as_str()
+            .and_then(|f| f.parse().ok())
+            .unwrap()
+    };
+    assert!(
+        fence(&written.json) > fence(&held.json),
+        "the second holder's fence rises: {} then {}",
+        held.json,
+        written.json
+    );
     assert_eq!(
         a.call("GET", "/items/lime", None, "").await.json["stock"],
         98

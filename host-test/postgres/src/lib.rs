@@ -1,0 +1,387 @@
+//! The PostgreSQL backend: the store contract on one table of a PostgreSQL
+//! database, through a pool of connections.
+//!
+//! This file holds the configuration, the pool and the table; `partition.rs`
+//! reads and writes one partition (a compare-and-set on its row);
+//! `store.rs` is the `Backend` implementation; `listen.rs` the one
+//! connection that `LISTEN`s for changes, which wakes waiters.
+//!
+//! **The mapping.** Each partition is one row of the table (`coord_partitions`
+//! by default): its name (as bytes), its whole state — entries, revision, bounded
+//! change feed, meters — as the snapshot `coord_component::memory::Partition`
+//! reads and writes (the state machine the in-memory and NATS backends run,
+//! so the semantics are the same by construction), the store time it was
+//! last decided at, and a version drawn from a sequence. A call reads the
+//! row and, when it changes anything, writes the new state only if the
+//! version is still the one it read (`UPDATE … WHERE version = $v`, or an
+//! `INSERT … ON CONFLICT DO NOTHING` for a new partition); a call that loses
+//! that race reads again and decides again. The version comes from a
+//! sequence, never from the row, so a row collected and made again cannot
+//! take a version a stale writer still holds.
+//!
+//! **Time** is the server's: every read also selects `clock_timestamp()` in
+//! milliseconds, and a partition's time never goes back (each row keeps
+//! the latest time it was decided at). Revisions are floored at the clock in
+//! µs, as in the other backends, so a table emptied or restored from an old
+//! backup still issues fences above every earlier one.
+//!
+//! **Round trips.** A read (`get`, `list`, `changes`, `now`) is one
+//! statement. A write is two: the read, then the conditional write (which
+//! also sends the `NOTIFY` in the same statement); a write whose condition
+//! fails is one (the conflict carries the entry the read returned). Each
+//! lost race adds two. Every statement is sent with its parameter types
+//! (`query_typed`): no prepare round trip and no prepared statement left on
+//! a connection, and no statement needs session state, so calls work
+//! through a transaction-mode pooler (PgBouncer). `wait` is the exception:
+//! its `LISTEN` needs a session of its own, on a direct connection.
+//!
+//! **Waiting.** A write that makes a new revision sends `pg_notify` on the
+//! table's channel with the revision and the partition's name in hex (a
+//! name may hold any character, NUL included, which a payload cannot; a
+//! name too long for a payload, over 3 900 bytes, is not announced). One connection per
+//! backend listens; a waiter re-checks the partition at least every
+//! [`PostgresConfig::recheck`], so a lost notification (the listening
+//! connection was down) delays it, never strands it.
+//!
+//! **Collection.** A row records when its partition may go (its last live
+//! entry's expiry plus the retention; never while an entry has no TTL).
+//! Every [`PostgresConfig::collect_every`] a backend deletes the rows whose
+//! time has passed, so the table does not grow with abandoned partitions;
+//! the feed inside a row is bounded in changes and bytes on every write.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coord_host::backend::{DEFAULT_RETENTION_MS, StoreError};
+use coord_host::clock::{Clock, ManualClock};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio_postgres::NoTls;
+
+mod listen;
+mod partition;
+mod store;
+
+pub use partition::FEED_BYTES;
+
+/// How often a waiter checks its partition again when no notification came
+/// (the bound on the delay a lost notification causes), by default.
+pub const RECHECK_MS: u64 = 500;
+
+/// How to reach PostgreSQL and how to keep partitions there.
+#[derive(Debug, Clone)]
+pub struct PostgresConfig {
+    /// A libpq-style URL or key-value string:
+    /// `postgres://user:password@host:5432/database`.
+    pub url: String,
+    /// The table the partitions live in, made if missing: 1 to 48 of
+    /// `a-z`, `0-9` and `_`, starting with a letter (it also names the
+    /// version sequence, `<table>_versions`, and the channel,
+    /// `<table>_changes`). Deployments sharing a database use different
+    /// tables.
+    pub table: String,
+    /// Changes each watched partition's feed keeps.
+    pub history: usize,
+    /// How long a partition's row outlives its last live entry, in ms.
+    pub retention_ms: u64,
+    /// The most a call waits for the server before it answers `unavailable`.
+    pub response_timeout: Duration,
+    /// How often a waiter checks its partition when no notification came.
+    pub recheck: Duration,
+    /// Connections in the pool (the listening connection is one more).
+    pub pool_size: usize,
+    /// How often expired rows are deleted.
+    pub collect_every: Duration,
+    /// Tests only: take "now" from this clock instead of the server's.
+    pub test_clock: Option<Arc<ManualClock>>,
+}
+
+impl PostgresConfig {
+    /// The defaults for `url`: table `coord_partitions`, 1024 changes of
+    /// history, ten minutes of retention, a 5 s response timeout, 16
+    /// connections, collection every minute.
+    pub fn new(url: &str) -> Self {
+        PostgresConfig {
+            url: url.to_string(),
+            table: "coord_partitions".into(),
+            history: coord_component::memory::DEFAULT_HISTORY,
+            retention_ms: DEFAULT_RETENTION_MS,
+            response_timeout: Duration::from_secs(5),
+            recheck: Duration::from_millis(RECHECK_MS),
+            pool_size: 16,
+            collect_every: Duration::from_secs(60),
+            test_clock: None,
+        }
+    }
+}
+
+impl PostgresConfig {
+    /// The table a deployment with key prefix `prefix` keeps its
+    /// partitions in: `<prefix>_partitions`, lowercased, every character
+    /// but `a-z`, `0-9` and `_` made `_`, and `t` first if it does not
+    /// start with a letter.
+    pub fn table_for(prefix: &str) -> String {
+        let mut table: String = prefix
+            .chars()
+            .map(|c| match c.to_ascii_lowercase() {
+                c @ ('a'..='z' | '0'..='9' | '_') => c,
+                _ => '_',
+            })
+            .collect();
+        if !table.starts_with(|c: char| c.is_ascii_lowercase()) {
+            table.insert(0, 't');
+        }
+        table.truncate(48 - "_partitions".len());
+        table + "_partitions"
+    }
+}
+
+/// The store on PostgreSQL. Cheap to share: calls take a pooled connection
+/// each.
+pub struct PostgresBackend {
+    config: PostgresConfig,
+    pool: Pool,
+    /// What the listening connection heard: (partition, revision).
+    notifications: broadcast::Sender<(String, u64)>,
+    asleep: Mutex<HashMap<String, usize>>,
+    round_trips: AtomicU64,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for PostgresBackend {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// A PostgreSQL failure, as the store contract's `unavailable`.
+fn unavailable(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("PostgreSQL: {error}"))
+}
+
+/// A client error, with the server's own message when the server sent one
+/// (a client error's `Display` says only "db error").
+fn refused(error: tokio_postgres::Error) -> StoreError {
+    match error.as_db_error() {
+        Some(db) => unavailable(format!("{} ({})", db.message(), db.code().code())),
+        None => unavailable(error),
+    }
+}
+
+/// A partition's name as a notification carries it: hex, or none when it
+/// would not fit in a payload (8 000 bytes).
+fn announced_name(name: &str) -> Option<String> {
+    (name.len() <= 3900).then(|| name.bytes().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether `table` is a name this backend puts in its statements as it is.
+fn valid_table(table: &str) -> bool {
+    let mut chars = table.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && table.len() <= 48
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+}
+
+impl PostgresBackend {
+    /// Connect, make the table, its sequence and index if missing, and
+    /// start listening for changes and collecting expired rows.
+    pub async fn connect(config: PostgresConfig) -> Result<Self, StoreError> {
+        if !valid_table(&config.table) {
+            return Err(StoreError::Invalid(format!(
+                "table: {:?} is not 1 to 48 of a-z, 0-9 and _ starting with a letter",
+                config.table
+            )));
+        }
+        let pg = tokio_postgres::Config::from_str(&config.url)
+            .map_err(|e| StoreError::Invalid(format!("url: {e}")))?;
+        let manager = Manager::from_config(
+            pg.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(config.response_timeout))
+            .wait_timeout(Some(config.response_timeout))
+            .build()
+            .map_err(unavailable)?;
+        let (notifications, _) = broadcast::channel(1024);
+        let mut backend = PostgresBackend {
+            config: PostgresConfig {
+                history: config.history.max(1),
+                ..config
+            },
+            pool,
+            notifications,
+            asleep: Mutex::new(HashMap::new()),
+            round_trips: AtomicU64::new(0),
+            tasks: Vec::new(),
+        };
+        backend.make_table().await?;
+        let listening = listen::listen(pg, backend.channel(), backend.notifications.clone());
+        backend.tasks.push(tokio::spawn(listening));
+        backend.tasks.push(tokio::spawn(collect(
+            backend.pool.clone(),
+            backend.config.clone(),
+        )));
+        Ok(backend)
+    }
+
+    /// The table, its version sequence and its collection index, made if
+    /// missing. Two backends making them at once may collide in the
+    /// catalog; the loser finds them made.
+    async fn make_table(&self) -> Result<(), StoreError> {
+        let t = &self.config.table;
+        let sql = format!(
+            "CREATE SEQUENCE IF NOT EXISTS {t}_versions;
+             CREATE TABLE IF NOT EXISTS {t} (
+               name bytea PRIMARY KEY,
+               version bigint NOT NULL,
+               decided_at bigint NOT NULL,
+               state bytea NOT NULL,
+               collect_at bigint
+             );
+             CREATE INDEX IF NOT EXISTS {t}_collect_at ON {t} (collect_at);"
+        );
+        for attempt in 0..3 {
+            let client = self.client().await?;
+            match client.batch_execute(&sql).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < 2 && e.code().is_some() => {
+                    tracing::debug!("making {t} raced another backend: {e}");
+                }
+                Err(e) => return Err(refused(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// A pooled connection, or `unavailable`.
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(unavailable)
+    }
+
+    /// The channel writes announce changes on.
+    fn channel(&self) -> String {
+        format!("{}_changes", self.config.table)
+    }
+
+    /// The store's now: the test clock's, when a test gave one.
+    fn test_now(&self) -> Option<u64> {
+        self.config.test_clock.as_ref().map(|clock| clock.now_ms())
+    }
+
+    /// Statements sent to the server so far.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    fn trip(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many `wait` calls of this backend are asleep on `partition`.
+    pub fn waiters(&self, partition: &str) -> usize {
+        self.asleep
+            .lock()
+            .map_or(0, |a| a.get(partition).copied().unwrap_or(0))
+    }
+
+    /// Count a waiter asleep on `partition` until the guard drops.
+    fn asleep(&self, partition: &str) -> Asleep<'_> {
+        if let Ok(mut asleep) = self.asleep.lock() {
+            *asleep.entry(partition.to_string()).or_default() += 1;
+        }
+        Asleep {
+            backend: self,
+            partition: partition.to_string(),
+        }
+    }
+}
+
+/// A waiter counted asleep on a partition.
+struct Asleep<'a> {
+    backend: &'a PostgresBackend,
+    partition: String,
+}
+
+impl Drop for Asleep<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut asleep) = self.backend.asleep.lock()
+            && let Some(n) = asleep.get_mut(&self.partition)
+        {
+            *n -= 1;
+            if *n == 0 {
+                asleep.remove(&self.partition);
+            }
+        }
+    }
+}
+
+/// Delete the rows whose partitions may go, every `collect_every`.
+async fn collect(pool: Pool, config: PostgresConfig) {
+    let sql = format!("DELETE FROM {} WHERE collect_at < $1", config.table);
+    loop {
+        tokio::time::sleep(config.collect_every).await;
+        let now = match &config.test_clock {
+            Some(clock) => clock.now_ms(),
+            None => match partition::server_now(&pool).await {
+                Ok(now) => now,
+                Err(_) => continue,
+            },
+        };
+        let Ok(client) = pool.get().await else {
+            continue;
+        };
+        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        if let Err(e) = client
+            .query_typed(&sql, &[(&now, tokio_postgres::types::Type::INT8)])
+            .await
+        {
+            tracing::warn!("collecting expired partitions failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_table;
+
+    #[test]
+    fn table_names_are_plain_identifiers() {
+        for good in ["coord_partitions", "t", "coordtest_12_3"] {
+            assert!(valid_table(good), "{good}");
+        }
+        for bad in ["", "1t", "T", "a-b", "a;drop table x", &"a".repeat(49)] {
+            assert!(!valid_table(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_prefix_names_a_valid_table() {
+        for prefix in [
+            "coord",
+            "Tenant-9",
+            "9lives",
+            "",
+            "a;drop table x",
+            &"x".repeat(80),
+        ] {
+            let table = super::PostgresConfig::table_for(prefix);
+            assert!(valid_table(&table), "{prefix:?} gave {table:?}");
+        }
+        assert_eq!(
+            super::PostgresConfig::table_for("coord"),
+            "coord_partitions"
+        );
+    }
+}
