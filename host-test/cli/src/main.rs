@@ -237,10 +237,11 @@ async fn demo(target: Target) -> wasmtime::Result<()> {
         } => inventory::Inventory::redis(url)
             .await
             .map_err(|e| wasmtime::format_err!("cannot use Redis at {url}: {e}"))?,
-        // A cluster, NATS or PostgreSQL: the inventory lives in coord's own store.
-        Target::Redis { cluster: true, .. } | Target::Nats { .. } | Target::Postgres { .. } => {
-            inventory::Inventory::Store(backend.clone())
-        }
+        // A cluster, NATS or a SQL store: the inventory lives in coord's own store.
+        Target::Redis { cluster: true, .. }
+        | Target::Nats { .. }
+        | Target::Postgres { .. }
+        | Target::Sqlite { .. } => inventory::Inventory::Store(backend.clone()),
     };
     demo::run(backend, inventory, &place).await
 }

@@ -250,8 +250,9 @@ async fn open(
     if matches!(target, Target::Memory) {
         wasmtime::bail!(
             "operator commands need the store a coord serve uses: --redis [URL] \
-             (or COORD_REDIS_URL), --nats [URL] (or COORD_NATS_URL) or --postgres [URL] \
-             (or COORD_POSTGRES_URL); the in-memory store lives inside its process"
+             (or COORD_REDIS_URL), --nats [URL] (or COORD_NATS_URL), --postgres [URL] \
+             (or COORD_POSTGRES_URL) or --sqlite PATH (or COORD_SQLITE_PATH); the in-memory \
+             store lives inside its process"
         );
     }
     // The Redis client's own timeout a little past the bound, so that the

@@ -1,6 +1,6 @@
 //! Where coordination state lives: the store flags every command shares
-//! (`--redis`, `--redis-cluster`, `--nats`, `--postgres`, their
-//! environment variables),
+//! (`--redis`, `--redis-cluster`, `--nats`, `--postgres`, `--sqlite`,
+//! their environment variables),
 //! what they resolve to, and connecting to it.
 
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use coord_host::backend::{Backend, StoreError};
 use coord_nats::{NatsBackend, NatsConfig};
 use coord_postgres::{PostgresBackend, PostgresConfig};
 use coord_redis::{RedisBackend, RedisConfig};
+use coord_sqlite::{SqliteBackend, SqliteConfig};
 
 use crate::Cli;
 
@@ -23,7 +24,7 @@ pub struct StoreArgs {
     /// Processes on one Redis share it. Without the flag, a non-empty
     /// $COORD_REDIS_URL means the same as --redis $COORD_REDIS_URL.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
-          conflicts_with_all = ["nats", "redis_cluster", "postgres"])]
+          conflicts_with_all = ["nats", "redis_cluster", "postgres", "sqlite"])]
     redis: Option<String>,
     /// Keep coordination state in a Redis Cluster: the URLs of one or more
     /// of its nodes, comma-separated (the rest are found from them). A node
@@ -31,7 +32,7 @@ pub struct StoreArgs {
     /// prints them: it takes the first URL's scheme, user and password.
     /// Each call goes to the master serving its partition. Without the
     /// flag, a non-empty $COORD_REDIS_CLUSTER means the same.
-    #[arg(long, value_name = "URLS", conflicts_with_all = ["nats", "postgres"],
+    #[arg(long, value_name = "URLS", conflicts_with_all = ["nats", "postgres", "sqlite"],
           value_parser = cluster_seeds)]
     redis_cluster: Option<String>,
     /// On Redis (one server or a cluster): answer a write only once this
@@ -46,7 +47,7 @@ pub struct StoreArgs {
     /// on one NATS share it. Without the flag, a non-empty $COORD_NATS_URL
     /// means the same as --nats $COORD_NATS_URL.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
-          conflicts_with = "postgres")]
+          conflicts_with_all = ["postgres", "sqlite"])]
     nats: Option<String>,
     /// Replicas of the JetStream stream (default: 3 when --nats names three
     /// or more servers, else 1). A stream that exists with another count is
@@ -60,8 +61,15 @@ pub struct StoreArgs {
     /// database share it, in the table <prefix>_partitions (made if
     /// missing). Without the flag, a non-empty $COORD_POSTGRES_URL means
     /// the same as --postgres $COORD_POSTGRES_URL.
-    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
+          conflicts_with = "sqlite")]
     postgres: Option<String>,
+    /// Keep coordination state in a SQLite file (made if missing): every
+    /// process on this host that opens it shares it. Without the flag, a
+    /// non-empty $COORD_SQLITE_PATH means the same as --sqlite
+    /// $COORD_SQLITE_PATH.
+    #[arg(long, value_name = "PATH")]
+    sqlite: Option<std::path::PathBuf>,
     /// The first part of every Redis key (and every NATS subject, and the
     /// PostgreSQL table's name).
     #[arg(
@@ -88,6 +96,11 @@ pub enum Target {
         /// The key prefix.
         prefix: String,
     },
+    /// A SQLite file shared by every process on this host that opens it.
+    Sqlite {
+        /// The database file.
+        path: std::path::PathBuf,
+    },
     /// A PostgreSQL database shared by every process pointed at it.
     Postgres {
         /// The database's URL.
@@ -108,13 +121,24 @@ pub enum Target {
 
 impl StoreArgs {
     /// Where these arguments (and COORD_REDIS_URL, COORD_REDIS_CLUSTER,
-    /// COORD_NATS_URL, COORD_POSTGRES_URL) say the state lives.
+    /// COORD_NATS_URL, COORD_POSTGRES_URL, COORD_SQLITE_PATH) say the state
+    /// lives.
     pub fn target(&self) -> Target {
         let env = |name| {
             std::env::var(name)
                 .ok()
                 .filter(|url: &String| !url.trim().is_empty())
         };
+        if self.redis.is_none()
+            && self.nats.is_none()
+            && self.postgres.is_none()
+            && let Some(path) = self
+                .sqlite
+                .clone()
+                .or_else(|| env("COORD_SQLITE_PATH").map(Into::into))
+        {
+            return Target::Sqlite { path };
+        }
         if self.redis.is_none()
             && self.nats.is_none()
             && let Some(url) = self.postgres.clone().or_else(|| env("COORD_POSTGRES_URL"))
@@ -346,6 +370,12 @@ pub async fn backend_for(
                 Arc::new(backend),
                 format!("{what} at {url} (prefix {prefix}{acks})"),
             ))
+        }
+        Target::Sqlite { path } => {
+            let backend = SqliteBackend::open(SqliteConfig::new(Some(path.clone())))
+                .await
+                .map_err(|e| cannot("SQLite", &path.display().to_string(), e))?;
+            Ok((Arc::new(backend), format!("SQLite at {}", path.display())))
         }
         Target::Postgres { url, prefix } => {
             let config = PostgresConfig {

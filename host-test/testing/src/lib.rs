@@ -2,7 +2,8 @@
 //! third-party store backend needs to test itself as coord's are tested.
 //!
 //! - [`Harness`]: a backend, a clock the test moves, and its waiters; made
-//!   by [`memory`], [`redis`], [`redis_cluster`] and [`nats`], or by
+//!   by [`memory`], [`redis`], [`redis_cluster`], [`nats`], [`postgres`]
+//!   and [`sqlite`], or by
 //!   [`Harness::new`] for a backend of your own.
 //! - [`per_backend!`]: a suite written once as `async fn name(h: Harness)`,
 //!   instantiated for every backend, each test under the [`watchdog`].
@@ -27,6 +28,7 @@ use coord_host::clock::ManualClock;
 use coord_nats::{NatsBackend, NatsConfig};
 use coord_postgres::{PostgresBackend, PostgresConfig};
 use coord_redis::{RedisBackend, RedisConfig};
+use coord_sqlite::{SqliteBackend, SqliteConfig};
 
 pub mod conformance;
 pub mod fault_run;
@@ -328,6 +330,45 @@ pub async fn postgres(history: usize) -> Harness {
     }
 }
 
+/// A fresh SQLite file for one test, in the system's temporary directory.
+pub fn sqlite_path() -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("coordtest-{}-{n}.sqlite", std::process::id()))
+}
+
+/// Delete a SQLite database and its WAL files (best effort).
+pub fn delete_sqlite(path: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+/// The SQLite backend on a file of its own (WAL mode, as processes share
+/// it), with its "now" taken from a manual clock; the file is deleted when
+/// the harness drops.
+pub async fn sqlite(history: usize) -> Harness {
+    let clock = Arc::new(ManualClock::new(T0));
+    let path = sqlite_path();
+    let config = SqliteConfig {
+        history,
+        retention_ms: 60_000,
+        test_clock: Some(clock.clone()),
+        ..SqliteConfig::new(Some(path.clone()))
+    };
+    let backend = Arc::new(SqliteBackend::open(config).await.expect("open SQLite"));
+    let progress = Progress::new();
+    Harness {
+        backend: Arc::new(ProgressBackend::new(backend.clone(), progress.clone())),
+        progress,
+        clock,
+        waiters: Box::new(move |partition| backend.waiters(partition)),
+        cleanup: Some(Box::new(move || delete_sqlite(&path))),
+    }
+}
+
 /// Fail, rather than hang, if `f`, taken as one step, does not finish for
 /// [`QUIET`]: a hang detector for a single call or a short test with no
 /// harness to count its steps, never a speed target. Tests never wait for
@@ -401,6 +442,15 @@ macro_rules! per_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let harness = $crate::postgres(super::HISTORY).await;
+                    $crate::watched(harness, super::$name).await
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let harness = $crate::sqlite(super::HISTORY).await;
                     $crate::watched(harness, super::$name).await
                 }
             )*

@@ -23,3 +23,7 @@ mod nats {
 mod postgres {
     coord_testing::conformance_suite!(coord_testing::postgres);
 }
+
+mod sqlite {
+    coord_testing::conformance_suite!(coord_testing::sqlite);
+}

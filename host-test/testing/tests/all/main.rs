@@ -37,6 +37,7 @@ mod nats_cluster;
 mod postgres;
 mod redis;
 mod redis_cluster;
+mod sqlite;
 
 // Safety under contention and faults.
 mod fault_run;

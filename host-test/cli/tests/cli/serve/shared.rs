@@ -1,6 +1,6 @@
 //! Two `coord serve` processes on one store (Redis, a Redis Cluster, NATS,
-//! PostgreSQL) share locks, presence and limits; the example's items
-//! spread over a cluster's masters.
+//! PostgreSQL, a SQLite file) share locks, presence and limits; the
+//! example's items spread over a cluster's masters.
 
 use super::Prefix;
 use crate::common;
@@ -34,6 +34,14 @@ async fn two_serve_processes_on_one_postgres_share_locks_presence_and_limits() {
     let args = ["--postgres", url.as_str(), "--prefix", prefix.as_str()];
     two_processes_share_locks_presence_and_limits(&args).await;
     common::drop_table(url, coord_postgres::PostgresConfig::table_for(&prefix));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_processes_on_one_sqlite_file_share_locks_presence_and_limits() {
+    let path = common::sqlite_path();
+    let file = path.display().to_string();
+    two_processes_share_locks_presence_and_limits(&["--sqlite", file.as_str()]).await;
+    common::delete_sqlite(&path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,119 @@
+//! One partition in SQLite: one transaction reads its row, decides with the
+//! in-memory state machine, and writes the row back if anything changed.
+
+use coord_component::keys::is_unwatched;
+use coord_component::memory::Partition;
+use coord_host::backend::StoreError;
+use rusqlite::{OptionalExtension, TransactionBehavior};
+
+use super::{SqliteBackend, unavailable};
+
+/// The most bytes of feed a row carries beyond its live entries (every
+/// write rewrites the whole row; the rule the NATS and PostgreSQL backends
+/// follow).
+pub const FEED_BYTES: usize = 16 * 1024;
+
+/// Run `work`, which may wait for another process's write lock, without
+/// stalling the async runtime's other tasks where the runtime allows it.
+pub(super) fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}
+
+/// A store time as the table keeps it.
+fn column(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+impl SqliteBackend {
+    /// Run `decide` on the partition at the store's now, after recording
+    /// due expiries, in one transaction that writes the result back if it
+    /// changed anything. Returns `decide`'s answer and the store's now;
+    /// wakes this process's waiters when the revision moved.
+    pub(super) fn transact<T>(
+        &self,
+        name: &str,
+        decide: impl FnOnce(&mut Partition, u64) -> T,
+    ) -> Result<(T, u64), StoreError> {
+        let (answer, now, announce) = blocking(|| self.in_transaction(name, decide))?;
+        if let Some(revision) = announce {
+            let _ = self.notifications.send((name.to_string(), revision));
+        }
+        Ok((answer, now))
+    }
+
+    /// [`SqliteBackend::transact`]'s transaction: its answer, its now, and
+    /// the new revision when it made one.
+    fn in_transaction<T>(
+        &self,
+        name: &str,
+        decide: impl FnOnce(&mut Partition, u64) -> T,
+    ) -> Result<(T, u64, Option<u64>), StoreError> {
+        let mut connection = self.connection.lock().map_err(unavailable)?;
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(unavailable)?;
+        let row: Option<(Vec<u8>, i64)> = tx
+            .query_row(
+                "SELECT state, decided_at FROM coord_partitions WHERE name = ?1",
+                [name.as_bytes()],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(unavailable)?;
+        let clock = self.now_ms();
+        let (mut partition, before, now) = match row {
+            Some((state, decided_at)) => {
+                let partition = Partition::decode(&state).map_err(|e| {
+                    unavailable(format!("the row of {name:?} is not a coord partition: {e}"))
+                })?;
+                let decided_at = u64::try_from(decided_at).unwrap_or(0);
+                (partition, Some(state), clock.max(decided_at))
+            }
+            None => {
+                // An unwatched partition's feed is never read: keep one
+                // change, not the history.
+                let history = if is_unwatched(name) {
+                    1
+                } else {
+                    self.config.history
+                };
+                (Partition::new(history), None, clock)
+            }
+        };
+        let revision = partition.revision();
+        partition.sweep(now);
+        let answer = decide(&mut partition, now);
+        let changed = match &before {
+            Some(before) => partition.encode() != *before,
+            None => partition.revision() > 0 || !partition.is_empty(),
+        };
+        if !changed {
+            // Nothing written: the transaction ends as it began.
+            drop(tx);
+            return Ok((answer, now, None));
+        }
+        partition.trim_feed_to_bytes(FEED_BYTES.max(partition.live_bytes()));
+        let collect_at = partition.lives_until().map(|lives_until| {
+            let retention = if partition.revision() > 0 {
+                self.config.retention_ms
+            } else {
+                0
+            };
+            column(lives_until.max(now).saturating_add(retention))
+        });
+        tx.execute(
+            "INSERT OR REPLACE INTO coord_partitions (name, decided_at, state, collect_at) \
+             VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![name.as_bytes(), column(now), partition.encode(), collect_at],
+        )
+        .map_err(unavailable)?;
+        tx.commit().map_err(unavailable)?;
+        let announce = (partition.revision() != revision).then(|| partition.revision());
+        Ok((answer, now, announce))
+    }
+}
