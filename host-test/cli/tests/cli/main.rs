@@ -2,7 +2,7 @@
 //! HTTP, its admin listener, requests its deadline cuts, hostile clients,
 //! and the operator's commands. Each runs the built `coord` binary.
 //!
-//! `cargo test -p coord-cli --test cli -- serve::` runs one suite. The
+//! `cargo test --workspace --test cli -- serve::` runs one suite. The
 //! harness and the server spawners are coord-testing's.
 #![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
 

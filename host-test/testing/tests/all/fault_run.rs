@@ -4,7 +4,7 @@
 //! and phantom values (`common/fault_run.rs`).
 //!
 //! CI runs the script once per store. The long form runs it more times:
-//! `COORD_FAULT_ROUNDS=10 cargo test -p coord-testing --test all -- fault_run --nocapture`
+//! `COORD_FAULT_ROUNDS=10 cargo test --workspace --test all -- fault_run --nocapture`
 //! (RELIABILITY.md has its figures).
 
 use crate::common;

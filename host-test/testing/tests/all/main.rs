@@ -5,7 +5,7 @@
 //! One binary instead of one per file: wasmtime and the stores' clients are
 //! linked once, not two dozen times, and the suites run side by side, so a
 //! test waiting on a TTL or a server leaves the cores to another suite.
-//! `cargo test -p coord-testing --test all -- lock::` runs one suite, and
+//! `cargo test --workspace --test all -- lock::` runs one suite, and
 //! `-- lock::redis::` one suite on one backend (the names are the modules
 //! below, then the backend `per_backend!` adds).
 //!

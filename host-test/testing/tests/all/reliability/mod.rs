@@ -100,7 +100,7 @@ async fn fenced_writes_stay_safe_under_contention_and_expiring_holders(h: Harnes
 
 /// The fenced-safety run at soak length: `COORD_SOAK_ROUNDS` rounds per
 /// instance (default 1000), on demand:
-/// `cargo test -p coord-testing --test all -- --ignored soak`.
+/// `cargo test --workspace --test all -- --ignored soak`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a soak: minutes; run on demand with --ignored"]
 async fn soak_fenced_writes_in_memory() {
