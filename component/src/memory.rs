@@ -37,6 +37,10 @@ pub struct Partition {
     complete_after: u64,
     /// Rate-limit meters: state and when it expires. Not entries: no revision, no feed.
     meters: BTreeMap<String, (MeterState, u64)>,
+    /// The store's clock in microseconds for this call, when the store
+    /// reads one finer than its milliseconds: revisions are floored at it.
+    /// Not part of the snapshot; it holds for the call that set it.
+    clock_us: u64,
 }
 
 impl Partition {
@@ -51,6 +55,7 @@ impl Partition {
             created: 0,
             complete_after: 0,
             meters: BTreeMap::new(),
+            clock_us: 0,
         }
     }
 
@@ -147,6 +152,15 @@ impl Partition {
             }
         }
         reply
+    }
+
+    /// Floor the revisions this call issues at the store's clock in
+    /// microseconds, `clock_us`, as well as at its milliseconds × 1000: a
+    /// store that reads a finer clock (PostgreSQL's, the host's) then keeps
+    /// fences rising across a restart in the same millisecond as the last
+    /// write before it.
+    pub fn floor_at_micros(&mut self, clock_us: u64) {
+        self.clock_us = clock_us;
     }
 
     /// Expire every entry whose TTL has run out by `now`, recording an
@@ -296,14 +310,15 @@ impl Partition {
 
     /// Append a change with the next revision, trimming the feed to its bound.
     ///
-    /// No revision is below the store time in microseconds (`at` × 1000),
-    /// the floor the Redis script also keeps: a partition that starts afresh
+    /// No revision is below the store time in microseconds (`at` × 1000,
+    /// or the finer clock [`Partition::floor_at_micros`] gave), the floor
+    /// the Redis script also keeps: a partition that starts afresh
     /// (a new process; a partition dropped and made again) issues revisions
     /// above every one an earlier incarnation issued, as `wit/store.wit`
     /// requires, as long as the clock does not go back and the partition
     /// did not average more than one write per microsecond.
     fn record(&mut self, kind: ChangeKind, key: &str, value: Vec<u8>, at: u64) -> u64 {
-        let floor = at.saturating_mul(1000);
+        let floor = at.saturating_mul(1000).max(self.clock_us);
         if self.revision == 0 {
             // A new incarnation: its feed is complete from here on.
             self.created = floor.saturating_sub(1);

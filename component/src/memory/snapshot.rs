@@ -124,6 +124,7 @@ impl Partition {
             created,
             complete_after,
             meters,
+            clock_us: 0,
         })
     }
 }

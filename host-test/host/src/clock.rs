@@ -18,6 +18,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Clock: Send + Sync + 'static {
     /// The current time, in milliseconds.
     fn now_ms(&self) -> u64;
+    /// The current time, in microseconds: [`Clock::now_ms`] × 1000 unless
+    /// the clock reads finer.
+    fn now_us(&self) -> u64 {
+        self.now_ms().saturating_mul(1000)
+    }
     /// Resolve once [`Clock::now_ms`] has reached `deadline_ms`.
     fn sleep_until(&self, deadline_ms: u64) -> BoxFuture<'_, ()>;
 }
@@ -31,6 +36,12 @@ impl Clock for SystemClock {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    fn now_us(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
     }
 
     fn sleep_until(&self, deadline_ms: u64) -> BoxFuture<'_, ()> {

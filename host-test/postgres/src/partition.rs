@@ -1,6 +1,11 @@
 //! One partition on PostgreSQL: read its row and the server's clock in one
 //! statement, decide with the in-memory state machine, and write the result
 //! back only if nobody wrote in between (the row's version).
+//!
+//! A call that lost that race once takes the row's lock for its next try
+//! (`SELECT … FOR UPDATE` in a transaction), so it cannot lose again: under
+//! contention every call gets through, in the order the server queues the
+//! row's lockers, instead of racing until its timeout.
 
 use std::time::Instant;
 
@@ -8,7 +13,8 @@ use coord_component::keys::is_unwatched;
 use coord_component::memory::Partition;
 use coord_host::backend::StoreError;
 use deadpool_postgres::Pool;
-use tokio_postgres::types::Type;
+use tokio_postgres::GenericClient;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::{PostgresBackend, announced_name, refused, unavailable};
 
@@ -17,8 +23,9 @@ use super::{PostgresBackend, announced_name, refused, unavailable};
 /// bytes as well as in changes (the rule the NATS backend follows).
 pub const FEED_BYTES: usize = 16 * 1024;
 
-/// The server's clock in milliseconds, as every read selects it.
-const CLOCK: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+/// The server's clock in microseconds, as every read selects it: the store
+/// time is its milliseconds, and revisions are floored at it.
+const CLOCK_US: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
 /// A partition as read: its row's version, its state, its encoding (to tell
 /// whether a call changed it) and the latest store time it was decided at.
@@ -33,7 +40,7 @@ struct Loaded {
 pub(super) async fn server_now(pool: &Pool) -> Result<u64, StoreError> {
     let client = pool.get().await.map_err(unavailable)?;
     let row = client
-        .query_typed(&format!("SELECT {CLOCK}"), &[])
+        .query_typed(&format!("SELECT {CLOCK_US}"), &[])
         .await
         .map_err(refused)?;
     let now: i64 = row
@@ -41,7 +48,12 @@ pub(super) async fn server_now(pool: &Pool) -> Result<u64, StoreError> {
         .ok_or_else(|| unavailable("no clock in the reply"))?
         .try_get(0)
         .map_err(unavailable)?;
-    u64::try_from(now).map_err(|_| unavailable(format!("the server's clock reads {now}")))
+    micros(now).map(|us| us / 1000)
+}
+
+/// The clock column as microseconds, or `unavailable` before 1970.
+fn micros(clock: i64) -> Result<u64, StoreError> {
+    u64::try_from(clock).map_err(|_| unavailable(format!("the server's clock reads {clock} µs")))
 }
 
 /// A store time as the table keeps it.
@@ -68,15 +80,19 @@ impl PostgresBackend {
             .map_err(|_| unavailable(format!("no answer within {timeout:?}")))?
     }
 
-    /// The partition's row, if it has one, and the server's now.
-    async fn load(&self, name: &str) -> Result<(Option<Loaded>, u64), StoreError> {
+    /// The partition's row, if it has one, and the server's clock in µs,
+    /// read through `client` (a pooled connection or a transaction).
+    async fn load(
+        &self,
+        client: &impl GenericClient,
+        name: &str,
+    ) -> Result<(Option<Loaded>, u64), StoreError> {
         let sql = format!(
-            "SELECT c.now_ms, t.version, t.decided_at, t.state \
-             FROM (SELECT {CLOCK} AS now_ms) c LEFT JOIN {} t ON t.name = $1",
+            "SELECT c.now_us, t.version, t.decided_at, t.state \
+             FROM (SELECT {CLOCK_US} AS now_us) c LEFT JOIN {} t ON t.name = $1",
             self.config.table
         );
         self.trip();
-        let client = self.client().await?;
         let rows = client
             .query_typed(&sql, &[(&name.as_bytes(), Type::BYTEA)])
             .await
@@ -84,11 +100,10 @@ impl PostgresBackend {
         let row = rows
             .first()
             .ok_or_else(|| unavailable("no row in the reply"))?;
-        let now: i64 = row.try_get(0).map_err(unavailable)?;
-        let now = u64::try_from(now).map_err(|_| unavailable(format!("the clock reads {now}")))?;
+        let clock_us = micros(row.try_get(0).map_err(unavailable)?)?;
         let version: Option<i64> = row.try_get(1).map_err(unavailable)?;
         let Some(version) = version else {
-            return Ok((None, now));
+            return Ok((None, clock_us));
         };
         let decided_at: i64 = row.try_get(2).map_err(unavailable)?;
         let encoded: Vec<u8> = row.try_get(3).map_err(unavailable)?;
@@ -102,7 +117,7 @@ impl PostgresBackend {
                 encoded,
                 decided_at: u64::try_from(decided_at).unwrap_or(0),
             }),
-            now,
+            clock_us,
         ))
     }
 
@@ -118,67 +133,215 @@ impl PostgresBackend {
         Some(column(lives_until.max(now).saturating_add(retention)))
     }
 
-    /// Write `partition`, decided at `now`, if its row is still at
-    /// `version` (none: it has no row); announce `revision` when given.
-    /// `Ok(false)`: somebody wrote first.
-    async fn store(
+    /// Run `decide` on the partition as read, at the store's now, after
+    /// recording due expiries.
+    fn decide<T>(
         &self,
         name: &str,
-        partition: &mut Partition,
+        loaded: Option<Loaded>,
+        clock_us: u64,
+        decide: &mut impl FnMut(&mut Partition, u64) -> T,
+    ) -> Decided<T> {
+        let (clock, clock_us) = match self.test_now() {
+            Some(now) => (now, now.saturating_mul(1000)),
+            None => (clock_us / 1000, clock_us),
+        };
+        let (mut partition, version, before, now) = match loaded {
+            Some(l) => (
+                l.partition,
+                Some(l.version),
+                Some(l.encoded),
+                clock.max(l.decided_at),
+            ),
+            // An unwatched partition's feed is never read: keep one
+            // change, not the history.
+            None => {
+                let history = if is_unwatched(name) {
+                    1
+                } else {
+                    self.config.history
+                };
+                (Partition::new(history), None, None, clock)
+            }
+        };
+        let revision = partition.revision();
+        partition.floor_at_micros(clock_us);
+        partition.sweep(now);
+        let answer = decide(&mut partition, now);
+        let changed = match &before {
+            Some(before) => partition.encode() != *before,
+            None => partition.revision() > 0 || !partition.is_empty(),
+        };
+        let write = changed.then(|| Write {
+            announce: (partition.revision() != revision).then(|| partition.revision()),
+            partition,
+            version,
+        });
+        Decided { answer, now, write }
+    }
+
+    /// Write what a call decided through `client`, if the row is still at
+    /// the version read (none: it has no row), announcing the new revision
+    /// in the same statement. `Ok(false)`: somebody wrote first, or holds
+    /// the row's lock, or the server's clock passed `deadline_us`.
+    ///
+    /// The deadline is the moment this call gives up (on the server's
+    /// clock): a statement held up past it by a stall (a lock on the table,
+    /// a stopped server) and run later changes nothing, so a call answered
+    /// `unavailable` is never applied afterwards. An update never waits for
+    /// the row's lock (`SKIP LOCKED`): a locked row counts as a lost race,
+    /// and the next try queues for the lock with a timeout.
+    async fn store(
+        &self,
+        client: &impl GenericClient,
+        name: &str,
         now: u64,
-        version: Option<i64>,
-        announce: Option<u64>,
+        deadline_us: u64,
+        write: &mut Write,
     ) -> Result<bool, StoreError> {
+        let partition = &mut write.partition;
         partition.trim_feed_to_bytes(FEED_BYTES.max(partition.live_bytes()));
         let state = partition.encode();
         let collect_at = self.collect_at(partition, now);
         let t = &self.config.table;
-        let write = match version {
+        let statement = match write.version {
             // $5 is 0 here: every statement takes the same parameters.
             None => format!(
                 "INSERT INTO {t} (name, version, decided_at, state, collect_at) \
-                 SELECT $1, nextval('{t}_versions'), $2, $3, $4 WHERE $5 = 0 \
+                 SELECT $1, nextval('{t}_versions'), $2, $3, $4 \
+                 WHERE $5 = 0 AND {CLOCK_US} < $6 \
                  ON CONFLICT (name) DO NOTHING RETURNING version"
             ),
             Some(_) => format!(
                 "UPDATE {t} SET version = nextval('{t}_versions'), decided_at = $2, \
-                 state = $3, collect_at = $4 WHERE name = $1 AND version = $5 \
+                 state = $3, collect_at = $4 \
+                 WHERE name = (SELECT name FROM {t} WHERE name = $1 AND version = $5 \
+                               FOR UPDATE SKIP LOCKED) \
+                   AND version = $5 AND {CLOCK_US} < $6 \
                  RETURNING version"
             ),
         };
-        let payload = announce
+        let payload = write
+            .announce
             .zip(announced_name(name))
             .map(|(revision, hex)| format!("{revision}:{hex}"));
         // The announcement rides on the write: sent only if it applied.
         let sql = match payload {
-            Some(_) => format!("WITH w AS ({write}) SELECT pg_notify($6, $7) FROM w"),
-            None => format!("WITH w AS ({write}) SELECT 1 FROM w"),
+            Some(_) => format!("WITH w AS ({statement}) SELECT pg_notify($7, $8) FROM w"),
+            None => format!("WITH w AS ({statement}) SELECT 1 FROM w"),
         };
         let decided_at = column(now);
-        let version = version.unwrap_or(0);
+        let version = write.version.unwrap_or(0);
+        let deadline = column(deadline_us);
         let channel = self.channel();
         let name = name.as_bytes();
-        let mut params: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> = vec![
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
             (&name, Type::BYTEA),
             (&decided_at, Type::INT8),
             (&state, Type::BYTEA),
             (&collect_at, Type::INT8),
             (&version, Type::INT8),
+            (&deadline, Type::INT8),
         ];
         if let Some(payload) = &payload {
             params.push((&channel, Type::TEXT));
             params.push((payload, Type::TEXT));
         }
         self.trip();
-        let client = self.client().await?;
         let rows = client.query_typed(&sql, &params).await.map_err(refused)?;
         Ok(!rows.is_empty())
     }
 
+    /// The server's clock when a try that began at `begun` gives up: its
+    /// clock read `clock_us` (after `begun`, before now), so this is no
+    /// later than the moment the response timeout cuts the try.
+    fn deadline_us(&self, begun: Instant, clock_us: u64) -> u64 {
+        let left = self.config.response_timeout.saturating_sub(begun.elapsed());
+        clock_us.saturating_add(u64::try_from(left.as_micros()).unwrap_or(u64::MAX))
+    }
+
+    /// One try, begun at `begun`, on a pooled connection: read, decide,
+    /// write if the row is still as read. Two statements (one when nothing changes); `None`
+    /// when another call wrote first.
+    async fn try_optimistic<T>(
+        &self,
+        name: &str,
+        begun: Instant,
+        decide: &mut impl FnMut(&mut Partition, u64) -> T,
+    ) -> Result<Option<(T, u64)>, StoreError> {
+        let client = self.client().await?;
+        let (loaded, clock_us) = self.load(&**client, name).await?;
+        let deadline_us = self.deadline_us(begun, clock_us);
+        let Decided { answer, now, write } = self.decide(name, loaded, clock_us, decide);
+        let Some(mut write) = write else {
+            return Ok(Some((answer, now)));
+        };
+        let stored = self
+            .store(&**client, name, now, deadline_us, &mut write)
+            .await?;
+        Ok(stored.then_some((answer, now)))
+    }
+
+    /// One try holding the row's lock: in a transaction, lock the row
+    /// (waiting behind its other lockers), read it and the clock, decide,
+    /// write, commit. Nobody can write the row in between, so this loses a
+    /// race only when the row did not exist and another call made it first.
+    /// Five round trips: `BEGIN`, the lock (with the transaction's timeouts
+    /// sent beside it), the read, the write, `COMMIT`.
+    async fn try_locked<T>(
+        &self,
+        name: &str,
+        begun: Instant,
+        decide: &mut impl FnMut(&mut Partition, u64) -> T,
+    ) -> Result<Option<(T, u64)>, StoreError> {
+        let mut client = self.client().await?;
+        self.trip();
+        // Dropped before `commit` (an error, the response timeout), the
+        // transaction rolls back before the connection serves anyone else.
+        let tx = client.transaction().await.map_err(refused)?;
+        // Neither a wait for the lock nor a holder stopped inside its
+        // transaction (a paused process) may hold the row longer than a
+        // call may take: the server ends both.
+        let ms = self.config.response_timeout.as_millis().max(1);
+        let timeouts = format!(
+            "SET LOCAL lock_timeout = {ms}; SET LOCAL idle_in_transaction_session_timeout = {ms}"
+        );
+        let lock = format!(
+            "SELECT 1 FROM {} WHERE name = $1 FOR UPDATE",
+            self.config.table
+        );
+        let name_bytes = name.as_bytes();
+        self.trip();
+        // Sent together, in this order, as one round trip.
+        tokio::try_join!(
+            async { tx.batch_execute(&timeouts).await.map_err(refused) },
+            async {
+                tx.query_typed(&lock, &[(&name_bytes, Type::BYTEA)])
+                    .await
+                    .map_err(refused)
+            },
+        )?;
+        // Read after the lock is held, so the clock is read after the wait.
+        let (loaded, clock_us) = self.load(&*tx, name).await?;
+        let deadline_us = self.deadline_us(begun, clock_us);
+        let Decided { answer, now, write } = self.decide(name, loaded, clock_us, decide);
+        let Some(mut write) = write else {
+            return Ok(Some((answer, now)));
+        };
+        if !self.store(&*tx, name, now, deadline_us, &mut write).await? {
+            return Ok(None);
+        }
+        self.trip();
+        tx.commit().await.map_err(refused)?;
+        Ok(Some((answer, now)))
+    }
+
     /// Run `decide` on the partition at the store's now, after recording
-    /// due expiries, and write the result back if it changed anything —
-    /// again from a fresh read whenever another call wrote first, until the
-    /// response timeout. Returns `decide`'s answer and the store's now.
+    /// due expiries, and write the result back if it changed anything.
+    /// The first try is optimistic; once another call wrote first, every
+    /// later try holds the row's lock. After the response timeout, the
+    /// call is `unavailable` with nothing applied. Returns `decide`'s
+    /// answer and the store's now.
     pub(super) async fn transact<T>(
         &self,
         name: &str,
@@ -187,42 +350,18 @@ impl PostgresBackend {
         let started = Instant::now();
         let mut races = 0u32;
         loop {
-            let (loaded, clock) = self.bounded(self.load(name)).await?;
-            let clock = self.test_now().unwrap_or(clock);
-            let (mut partition, version, before, now) = match loaded {
-                Some(l) => (
-                    l.partition,
-                    Some(l.version),
-                    Some(l.encoded),
-                    clock.max(l.decided_at),
-                ),
-                // An unwatched partition's feed is never read: keep one
-                // change, not the history.
-                None => {
-                    let history = if is_unwatched(name) {
-                        1
-                    } else {
-                        self.config.history
-                    };
-                    (Partition::new(history), None, None, clock)
-                }
+            // Taken before the try's timeout starts: its deadline on the
+            // server is then never later than the moment it is cut.
+            let begun = Instant::now();
+            let done = if races == 0 {
+                self.bounded(self.try_optimistic(name, begun, &mut decide))
+                    .await?
+            } else {
+                self.bounded(self.try_locked(name, begun, &mut decide))
+                    .await?
             };
-            let revision = partition.revision();
-            partition.sweep(now);
-            let answer = decide(&mut partition, now);
-            let changed = match &before {
-                Some(before) => partition.encode() != *before,
-                None => partition.revision() > 0 || !partition.is_empty(),
-            };
-            if !changed {
-                return Ok((answer, now));
-            }
-            let announce = (partition.revision() != revision).then(|| partition.revision());
-            let stored = self
-                .bounded(self.store(name, &mut partition, now, version, announce))
-                .await?;
-            if stored {
-                return Ok((answer, now));
+            if let Some(done) = done {
+                return Ok(done);
             }
             races += 1;
             if started.elapsed() > self.config.response_timeout {
@@ -233,4 +372,22 @@ impl PostgresBackend {
             }
         }
     }
+}
+
+/// What a call decided on one read of its partition.
+struct Decided<T> {
+    answer: T,
+    /// The store time it was decided at.
+    now: u64,
+    /// What to write back; `None` when the call changed nothing.
+    write: Option<Write>,
+}
+
+/// A partition to write back over the version it was read at.
+struct Write {
+    partition: Partition,
+    /// The row's version as read; `None`: it had no row.
+    version: Option<i64>,
+    /// The revision to announce to waiters, when the call made one.
+    announce: Option<u64>,
 }

@@ -178,9 +178,14 @@ impl SqliteBackend {
     /// The store's now: the test clock's when a test gave one, else this
     /// host's.
     fn now_ms(&self) -> u64 {
+        self.now_us() / 1000
+    }
+
+    /// [`Self::now_ms`] in microseconds, the floor of revisions.
+    fn now_us(&self) -> u64 {
         match &self.config.test_clock {
-            Some(clock) => clock.now_ms(),
-            None => self.clock.now_ms(),
+            Some(clock) => clock.now_us(),
+            None => self.clock.now_us(),
         }
     }
 

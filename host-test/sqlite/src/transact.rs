@@ -65,7 +65,8 @@ impl SqliteBackend {
             )
             .optional()
             .map_err(unavailable)?;
-        let clock = self.now_ms();
+        let clock_us = self.now_us();
+        let clock = clock_us / 1000;
         let (mut partition, before, now) = match row {
             Some((state, decided_at)) => {
                 let partition = Partition::decode(&state).map_err(|e| {
@@ -86,6 +87,7 @@ impl SqliteBackend {
             }
         };
         let revision = partition.revision();
+        partition.floor_at_micros(clock_us);
         partition.sweep(now);
         let answer = decide(&mut partition, now);
         let changed = match &before {

@@ -14,6 +14,8 @@ use coord_host::backend::*;
 use coord_postgres::{PostgresBackend, PostgresConfig};
 use tokio_postgres::NoTls;
 
+mod faults;
+
 /// A backend on the test server, on the server's own clock; its table is
 /// dropped when the returned guard drops.
 async fn on_server_clock() -> (PostgresBackend, Table) {

@@ -1,0 +1,266 @@
+//! The server stalled under a write, a holder stopped inside its
+//! transaction, a connection killed in the middle of a write: each call
+//! answers `unavailable`, never busy or done, and nothing it sent is
+//! applied afterwards — no ghost holder once the stall ends — while fences
+//! stay above every earlier one.
+//!
+//! A stall here is a lock another session holds: `EXCLUSIVE` on the table
+//! (reads go on, every write waits for it), or `FOR UPDATE` on one row.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Table;
+use crate::common::{applied, bounded, postgres_config, postgres_url};
+use coord_host::backend::*;
+use coord_postgres::{PostgresBackend, PostgresConfig};
+use tokio_postgres::{Client, NoTls};
+
+/// A partition that holds a lock, and one that is free.
+const HELD: &str = "~lock:1:stall:held";
+const FREE: &str = "~lock:1:stall:free";
+
+/// The test's table and two backends on it: `stalled`, whose connections
+/// carry `tag` as their application name (so the test can find them on the
+/// server) and give up after `response_timeout`, and `steady`, with the
+/// defaults, to set up and check.
+struct Setup {
+    stalled: Arc<PostgresBackend>,
+    steady: PostgresBackend,
+    tag: String,
+    table: Table,
+}
+
+async fn setup(test: &str, response_timeout: Duration) -> Setup {
+    let url = postgres_url().await;
+    let tag = format!("coord{test}{}", std::process::id());
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let steady_config = postgres_config(&url, 64, None);
+    let stalled_config = PostgresConfig {
+        url: format!("{url}{separator}application_name={tag}"),
+        response_timeout,
+        ..steady_config.clone()
+    };
+    let table = Table {
+        url,
+        name: steady_config.table.clone(),
+    };
+    Setup {
+        steady: PostgresBackend::connect(steady_config).await.unwrap(),
+        stalled: Arc::new(PostgresBackend::connect(stalled_config).await.unwrap()),
+        tag,
+        table,
+    }
+}
+
+/// A session of its own, with its connection driven in the background.
+async fn session(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// How many of `tag`'s connections are running a statement, and how many
+/// of those wait for a lock.
+async fn activity(admin: &Client, tag: &str) -> (i64, i64) {
+    let row = admin
+        .query_one(
+            "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock') \
+             FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'",
+            &[&tag],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// Wait until `tag`'s connections satisfy `done`, polling the server.
+async fn until(admin: &Client, tag: &str, done: impl Fn((i64, i64)) -> bool) {
+    bounded(async {
+        while !done(activity(admin, tag).await) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// A holder in `HELD`, taken before the stall, and its revision.
+async fn hold(steady: &PostgresBackend) -> u64 {
+    applied(
+        steady
+            .put(HELD, "holder", b"a", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    )
+    .revision
+}
+
+/// After the stall: `HELD` is as it was, `FREE` is free, and a new holder
+/// there gets a revision above `first`.
+async fn nothing_applied_since(steady: &PostgresBackend, first: u64) {
+    let held = steady.get(HELD, "holder").await.unwrap().entry.unwrap();
+    assert_eq!(
+        (held.value.as_slice(), held.revision),
+        (&b"a"[..], first),
+        "a write answered unavailable changed the holder later"
+    );
+    assert_eq!(
+        steady.get(FREE, "holder").await.unwrap().entry,
+        None,
+        "an acquisition answered unavailable was applied later: a ghost holder"
+    );
+    let next = applied(
+        steady
+            .put(FREE, "holder", b"new", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    assert!(next.revision > first, "{next:?} after {first}");
+}
+
+fn unavailable<T: std::fmt::Debug>(reply: Result<T, StoreError>, what: &str) {
+    assert!(
+        matches!(reply, Err(StoreError::Unavailable(_))),
+        "{what}: expected unavailable, got {reply:?}"
+    );
+}
+
+#[tokio::test]
+async fn writes_held_up_by_a_table_lock_past_the_timeout_are_unavailable_and_never_applied_later() {
+    let s = setup("stall", Duration::from_millis(500)).await;
+    let first = hold(&s.steady).await;
+    let stall = session(&s.table.url).await;
+    stall
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {} IN EXCLUSIVE MODE",
+            s.table.name
+        ))
+        .await
+        .unwrap();
+    // Each reads (reads go on), decides, and its write waits for the table
+    // until the call gives up.
+    unavailable(
+        s.stalled
+            .put(FREE, "holder", b"ghost", Some(60_000), &Condition::Absent)
+            .await,
+        "an acquisition",
+    );
+    unavailable(
+        s.stalled
+            .put(
+                HELD,
+                "holder",
+                b"extended",
+                Some(60_000),
+                &Condition::Revision(first),
+            )
+            .await,
+        "an extension",
+    );
+    unavailable(
+        s.stalled
+            .delete(HELD, "holder", &Condition::Revision(first))
+            .await,
+        "a release",
+    );
+    // The stall ends: the held-up statements run, and change nothing.
+    stall.batch_execute("ROLLBACK").await.unwrap();
+    let admin = session(&s.table.url).await;
+    until(&admin, &s.tag, |(active, _)| active == 0).await;
+    nothing_applied_since(&s.steady, first).await;
+}
+
+#[tokio::test]
+async fn a_row_locked_by_a_stopped_holder_is_unavailable_and_never_written_later() {
+    let s = setup("rowlock", Duration::from_millis(500)).await;
+    let first = hold(&s.steady).await;
+    // Another session locks the row and stops inside its transaction, as a
+    // paused process would.
+    let holder = session(&s.table.url).await;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {} WHERE name = '{HELD}'::bytea FOR UPDATE",
+            s.table.name
+        ))
+        .await
+        .unwrap();
+    unavailable(
+        s.stalled
+            .put(
+                HELD,
+                "holder",
+                b"extended",
+                Some(60_000),
+                &Condition::Revision(first),
+            )
+            .await,
+        "an extension",
+    );
+    unavailable(
+        s.stalled
+            .delete(HELD, "holder", &Condition::Revision(first))
+            .await,
+        "a release",
+    );
+    // The holder wakes and commits without writing: nothing queued behind
+    // its lock may run now.
+    holder.batch_execute("COMMIT").await.unwrap();
+    let admin = session(&s.table.url).await;
+    until(&admin, &s.tag, |(active, _)| active == 0).await;
+    nothing_applied_since(&s.steady, first).await;
+}
+
+#[tokio::test]
+async fn a_connection_killed_inside_a_write_is_unavailable_and_applies_nothing() {
+    // A long timeout: the kill, not the timeout, ends the call.
+    let s = setup("killwrite", Duration::from_secs(600)).await;
+    let first = hold(&s.steady).await;
+    let stall = session(&s.table.url).await;
+    stall
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {} IN EXCLUSIVE MODE",
+            s.table.name
+        ))
+        .await
+        .unwrap();
+    let call = {
+        let stalled = s.stalled.clone();
+        tokio::spawn(async move {
+            stalled
+                .put(FREE, "holder", b"ghost", Some(60_000), &Condition::Absent)
+                .await
+        })
+    };
+    // Its write is on the server, waiting for the table: kill that
+    // connection.
+    let admin = session(&s.table.url).await;
+    until(&admin, &s.tag, |(_, waiting)| waiting > 0).await;
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND wait_event_type = 'Lock'",
+            &[&s.tag],
+        )
+        .await
+        .unwrap();
+    unavailable(bounded(call).await.unwrap(), "the killed acquisition");
+    stall.batch_execute("ROLLBACK").await.unwrap();
+    nothing_applied_since(&s.steady, first).await;
+    // The pool replaces the dead connection: the next calls get through.
+    let mut written = false;
+    for _ in 0..10 {
+        match s
+            .stalled
+            .put(HELD, "other", b"v", Some(60_000), &Condition::Always)
+            .await
+        {
+            Ok(reply) => {
+                written = matches!(reply.outcome, Outcome::Applied(_));
+                break;
+            }
+            Err(StoreError::Unavailable(_)) => {}
+            Err(other) => panic!("expected unavailable or done, got {other:?}"),
+        }
+    }
+    assert!(written, "the pool never recovered");
+}
