@@ -12,6 +12,10 @@
 //! `coord-bench --nats URL` runs only NATS JetStream beside Redis: round
 //! trips and latency per call, and rates at 64 tasks (`nats.rs`).
 //!
+//! `coord-bench --sql [--postgres URL] [--sqlite PATH]` runs only the SQL
+//! stores beside Redis: round trips and latency per call, rates at 64
+//! tasks, and PostgreSQL's advisory lock and `SELECT 1` (`sql.rs`).
+//!
 //! `coord-bench --redis-cluster URLS` runs only a Redis Cluster beside one
 //! Redis server: rates at 64 tasks, with and without replica
 //! acknowledgement, and the keys' spread over the masters (`cluster.rs`;
@@ -33,6 +37,8 @@ mod cluster;
 mod measure;
 mod nats;
 mod ops;
+mod side_by_side;
+mod sql;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,7 +49,9 @@ use coord_host::backend::Backend;
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::{COMPONENT, Runtime};
 use coord_nats::{NatsBackend, NatsConfig};
+use coord_postgres::{PostgresBackend, PostgresConfig};
 use coord_redis::{RedisBackend, RedisConfig};
+use coord_sqlite::{SqliteBackend, SqliteConfig};
 use measure::{Stats, fmt_us};
 
 /// How hard to measure.
@@ -76,6 +84,18 @@ struct Cli {
     /// beside the one Redis server, in one run.
     #[arg(long, value_name = "URLS")]
     redis_cluster: Option<String>,
+    /// Only the SQL stores beside Redis, in one run: PostgreSQL at
+    /// --postgres, a SQLite file at --sqlite.
+    #[arg(long)]
+    sql: bool,
+    /// With --sql: the PostgreSQL server (default: $POSTGRES_URL, else
+    /// postgres://postgres@127.0.0.1:5432/postgres).
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// With --sql: the SQLite file, made if missing (default: a new file in
+    /// the temporary directory, deleted afterwards).
+    #[arg(long, value_name = "PATH")]
+    sqlite: Option<std::path::PathBuf>,
     /// A tenth of the samples.
     #[arg(long)]
     quick: bool,
@@ -189,6 +209,10 @@ async fn main() -> wasmtime::Result<()> {
         return result;
     }
 
+    if cli.sql {
+        return sql_stores(&cli, &redis_url, effort).await;
+    }
+
     if let Some(cluster_urls) = &cli.redis_cluster {
         let prefix = format!("coordbench-{}", std::process::id());
         let connect = |url: &str, cluster: bool, replica_acks: u32| {
@@ -256,6 +280,83 @@ async fn main() -> wasmtime::Result<()> {
     ops::handoff("in memory", memory, None, None, effort).await?;
     ops::handoff("Redis", redis, Some(apart), Some(redis_url), effort).await?;
     Ok(())
+}
+
+/// `--sql`: connect to the three stores and the reference pool, compare,
+/// and remove what the run made.
+async fn sql_stores(cli: &Cli, redis_url: &str, effort: Effort) -> wasmtime::Result<()> {
+    let id = std::process::id();
+    let redis_config = RedisConfig {
+        prefix: format!("coordbench-{id}"),
+        ..RedisConfig::new(redis_url)
+    };
+    let redis = RedisBackend::connect(redis_config)
+        .await
+        .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
+    let pg_url = cli.postgres.clone().unwrap_or_else(|| {
+        std::env::var("POSTGRES_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    });
+    let pg_config = PostgresConfig {
+        table: format!("coordbench_{id}_partitions"),
+        ..PostgresConfig::new(&pg_url)
+    };
+    let table = pg_config.table.clone();
+    let pool = reference_pool(&pg_url, pg_config.pool_size)?;
+    let postgres = PostgresBackend::connect(pg_config)
+        .await
+        .map_err(|e| wasmtime::format_err!("PostgreSQL at {pg_url}: {e:?}"))?;
+    let (path, made_here) = match &cli.sqlite {
+        Some(path) => (path.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("coordbench-{id}.sqlite")),
+            true,
+        ),
+    };
+    let sqlite = SqliteBackend::open(SqliteConfig::new(Some(path.clone())))
+        .await
+        .map_err(|e| wasmtime::format_err!("SQLite at {}: {e:?}", path.display()))?;
+    println!(
+        "Redis at {redis_url}; PostgreSQL at {pg_url}; SQLite at {}\n",
+        path.display()
+    );
+    let result = sql::compare(
+        Arc::new(redis),
+        Arc::new(postgres),
+        pool.clone(),
+        Arc::new(sqlite),
+        effort,
+    )
+    .await;
+    if let Ok(client) = pool.get().await {
+        let _ = client
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS {table}; DROP SEQUENCE IF EXISTS {table}_versions;"
+            ))
+            .await;
+    }
+    if made_here {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut file = path.clone().into_os_string();
+            file.push(suffix);
+            let _ = std::fs::remove_file(file);
+        }
+    }
+    result
+}
+
+/// A pool of `size` connections to `url`, for the PostgreSQL references.
+fn reference_pool(url: &str, size: usize) -> wasmtime::Result<deadpool_postgres::Pool> {
+    let config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| wasmtime::format_err!("--postgres {url}: {e}"))?;
+    let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    deadpool_postgres::Pool::builder(manager)
+        .max_size(size)
+        .build()
+        .map_err(|e| wasmtime::format_err!("a pool on {url}: {e}"))
 }
 
 fn num_cpus() -> usize {

@@ -1,0 +1,228 @@
+//! The SQL stores beside Redis, in one run (`coord-bench --sql`): the
+//! latency and round trips of each call at concurrency 1, and the rates of
+//! lock pairs and rate-limit checks at 64 tasks, on Redis, PostgreSQL and a
+//! SQLite file; beside them, what a PostgreSQL user picks instead of a lock
+//! (`pg_try_advisory_lock` + `pg_advisory_unlock`) and the round-trip floor
+//! of each server (a Redis `PING`, a PostgreSQL `SELECT 1`).
+//!
+//! The PostgreSQL references run on a pool of the same size as the
+//! backend's, and send their statements the way the backend does (typed,
+//! unnamed: one round trip each, nothing prepared).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use coord_postgres::PostgresBackend;
+use coord_redis::RedisBackend;
+use coord_sqlite::SqliteBackend;
+use deadpool_postgres::Pool;
+use tokio_postgres::types::Type;
+
+use crate::Effort;
+use crate::measure::{Stats, Step, failed, fmt_us};
+use crate::ops::{Op, PingStep, component_op, component_rate, run_tasks};
+use crate::side_by_side::{Store, extend};
+
+/// `SELECT 1` on a pooled connection: the PostgreSQL round-trip floor.
+struct SelectOne(Pool);
+
+impl Step for SelectOne {
+    async fn step(&mut self) -> wasmtime::Result<()> {
+        let client = self.0.get().await.map_err(|e| failed(&e.to_string()))?;
+        client
+            .query_typed("SELECT 1", &[])
+            .await
+            .map_err(|e| failed(&e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// PostgreSQL's own lock on key `.1`: `pg_try_advisory_lock`, then
+/// `pg_advisory_unlock` on the same session (the lock belongs to it).
+struct AdvisoryPair(Pool, i64);
+
+impl Step for AdvisoryPair {
+    async fn step(&mut self) -> wasmtime::Result<()> {
+        let client = self.0.get().await.map_err(|e| failed(&e.to_string()))?;
+        let key = || {
+            (
+                &self.1 as &(dyn tokio_postgres::types::ToSql + Sync),
+                Type::INT8,
+            )
+        };
+        let taken: bool = client
+            .query_typed("SELECT pg_try_advisory_lock($1)", &[key()])
+            .await
+            .map_err(|e| failed(&e.to_string()))?
+            .first()
+            .ok_or_else(|| failed("no row"))?
+            .get(0);
+        if !taken {
+            return Err(failed("the advisory lock was taken"));
+        }
+        client
+            .query_typed("SELECT pg_advisory_unlock($1)", &[key()])
+            .await
+            .map_err(|e| failed(&e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Time `reps` steps of `step`.
+async fn time_steps(step: &mut impl Step, reps: usize) -> wasmtime::Result<Stats> {
+    let mut samples = Stats::default();
+    for _ in 0..reps {
+        let start = Instant::now();
+        step.step().await?;
+        samples.push(start.elapsed());
+    }
+    Ok(samples)
+}
+
+/// The comparison's two tables. `pool` is a pool on the same server as
+/// `postgres`, of the backend's size, for the references.
+pub async fn compare(
+    redis: Arc<RedisBackend>,
+    postgres: Arc<PostgresBackend>,
+    pool: Pool,
+    sqlite: Arc<SqliteBackend>,
+    effort: Effort,
+) -> wasmtime::Result<()> {
+    let (r, p) = (redis.clone(), postgres.clone());
+    let mut stores = [
+        Store::new(redis.clone(), Box::new(move || r.round_trips())).await?,
+        Store::new(postgres.clone(), Box::new(move || p.round_trips())).await?,
+        // A file has no round trips: its count stays 0.
+        Store::new(sqlite.clone(), Box::new(|| 0)).await?,
+    ];
+
+    println!("The SQL stores beside Redis, concurrency 1 (p50 µs; store round trips per call)");
+    println!(
+        "  {:<30} {:>8} {:>6} {:>10} {:>6} {:>8} {:>9}",
+        "operation", "Redis", "trips", "PostgreSQL", "trips", "SQLite", "PG/Redis"
+    );
+    let row = |name: &str, figures: [(Option<Stats>, f64); 3]| {
+        let cell = |s: &Option<Stats>| s.as_ref().map_or("-".into(), |s| fmt_us(s.median()));
+        let trips = |(s, t): &(Option<Stats>, f64)| {
+            if s.is_some() {
+                format!("{t:.2}")
+            } else {
+                "-".into()
+            }
+        };
+        let ratio = match (&figures[0].0, &figures[1].0) {
+            (Some(redis), Some(pg)) => {
+                format!(
+                    "{:.2}",
+                    pg.median().as_secs_f64() / redis.median().as_secs_f64()
+                )
+            }
+            _ => "-".into(),
+        };
+        println!(
+            "  {name:<30} {:>8} {:>6} {:>10} {:>6} {:>8} {ratio:>9}",
+            cell(&figures[0].0),
+            trips(&figures[0]),
+            cell(&figures[1].0),
+            trips(&figures[1]),
+            cell(&figures[2].0),
+        );
+    };
+    let reps = effort.reps;
+    for (op, name, fresh) in [
+        (Op::AcquireRelease, "lock pair (key seen)", false),
+        (Op::AcquireRelease, "lock pair (key new)", true),
+        (Op::Check, "rate-limit check", false),
+    ] {
+        let run = std::process::id();
+        for rep in 0..reps {
+            let key = if fresh {
+                format!("{run}-{name}-{rep}")
+            } else {
+                format!("k{}", rep % 10)
+            };
+            for store in stores.iter_mut() {
+                // Warm each key once, untimed, so "seen" means seen.
+                if !fresh && rep < 10 {
+                    component_op(op, &mut store.instance, &key).await?;
+                }
+                store.time(op, &key).await?;
+            }
+        }
+        let [a, b, c] = stores.each_mut().map(|s| {
+            let (stats, trips) = s.take(reps);
+            (Some(stats), trips)
+        });
+        row(name, [a, b, c]);
+    }
+    let mut extends = Vec::new();
+    for store in stores.iter_mut() {
+        let (stats, trips) = extend(store, reps).await?;
+        extends.push((Some(stats), trips));
+    }
+    let [a, b, c]: [_; 3] = extends.try_into().map_err(|_| failed("three stores"))?;
+    row("lock extend (back to back)", [a, b, c]);
+    let advisory = time_steps(&mut AdvisoryPair(pool.clone(), 1), reps).await?;
+    row(
+        "advisory lock pair (PG's own)",
+        [(None, 0.0), (Some(advisory), 2.0), (None, 0.0)],
+    );
+    let ping = time_steps(&mut PingStep(redis.clone()), reps).await?;
+    let select = time_steps(&mut SelectOne(pool.clone()), reps).await?;
+    row(
+        "bare round trip (the limit)",
+        [(Some(ping), 1.0), (Some(select), 1.0), (None, 0.0)],
+    );
+    println!();
+
+    const TASKS: usize = 64;
+    println!("The SQL stores beside Redis, {TASKS} tasks (each its own instance and key)");
+    println!(
+        "  {:<30} {:>10} {:>12} {:>10} {:>9}",
+        "operation", "Redis/s", "PostgreSQL/s", "SQLite/s", "PG/Redis"
+    );
+    for (op, name) in [
+        (Op::AcquireRelease, "lock pair"),
+        (Op::Check, "rate-limit check"),
+    ] {
+        let mut rates = Vec::new();
+        for store in &stores {
+            let (_, rate) = component_rate(&store.runtime, op, TASKS, effort.per_task).await?;
+            rates.push(rate);
+        }
+        println!(
+            "  {name:<30} {:>10.0} {:>12.0} {:>10.0} {:>9.2}",
+            rates[0],
+            rates[1],
+            rates[2],
+            rates[1] / rates[0]
+        );
+    }
+    let (_, advisory_rate) = run_tasks(TASKS, effort.per_task, |t| {
+        let pool = pool.clone();
+        async move { Ok(AdvisoryPair(pool, t as i64 + 1)) }
+    })
+    .await?;
+    println!(
+        "  {:<30} {:>10} {advisory_rate:>12.0} {:>10} {:>9}",
+        "advisory lock pair (PG's own)", "-", "-", "-"
+    );
+    let (_, ping_rate) = run_tasks(TASKS, effort.per_task, |_| {
+        let redis = redis.clone();
+        async move { Ok(PingStep(redis)) }
+    })
+    .await?;
+    let (_, select_rate) = run_tasks(TASKS, effort.per_task, |_| {
+        let pool = pool.clone();
+        async move { Ok(SelectOne(pool)) }
+    })
+    .await?;
+    println!(
+        "  {:<30} {ping_rate:>10.0} {select_rate:>12.0} {:>10} {:>9.2}",
+        "bare round trip (the limit)",
+        "-",
+        select_rate / ping_rate
+    );
+    println!();
+    Ok(())
+}
