@@ -322,11 +322,34 @@ async fn sql_stores(cli: &Cli, redis_url: &str, effort: Effort) -> wasmtime::Res
         "Redis at {redis_url}; PostgreSQL at {pg_url}; SQLite at {}\n",
         path.display()
     );
+    // A second backend on each store, for the handoffs: another host's on
+    // the servers, another process's on the file.
+    let other_redis = RedisBackend::connect(RedisConfig {
+        prefix: format!("coordbench-{id}"),
+        ..RedisConfig::new(redis_url)
+    })
+    .await
+    .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
+    let other_postgres = PostgresBackend::connect(PostgresConfig {
+        table: table.clone(),
+        ..PostgresConfig::new(&pg_url)
+    })
+    .await
+    .map_err(|e| wasmtime::format_err!("PostgreSQL at {pg_url}: {e:?}"))?;
+    let other_sqlite = SqliteBackend::open(SqliteConfig::new(Some(path.clone())))
+        .await
+        .map_err(|e| wasmtime::format_err!("SQLite at {}: {e:?}", path.display()))?;
+    let others: [Arc<dyn Backend>; 3] = [
+        Arc::new(other_redis),
+        Arc::new(other_postgres),
+        Arc::new(other_sqlite),
+    ];
     let result = sql::compare(
         Arc::new(redis),
         Arc::new(postgres),
         pool.clone(),
         Arc::new(sqlite),
+        others,
         effort,
     )
     .await;

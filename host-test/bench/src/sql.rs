@@ -5,6 +5,10 @@
 //! (`pg_try_advisory_lock` + `pg_advisory_unlock`) and the round-trip floor
 //! of each server (a Redis `PING`, a PostgreSQL `SELECT 1`).
 //!
+//! Last, a lock handed from its holder to a waiter on another backend (as
+//! on another host, or in another process on the SQLite file), and on the
+//! same one.
+//!
 //! The PostgreSQL references run on a pool of the same size as the
 //! backend's, and send their statements the way the backend does (typed,
 //! unnamed: one round trip each, nothing prepared).
@@ -12,6 +16,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use coord_host::Runtime;
+use coord_host::backend::Backend;
 use coord_postgres::PostgresBackend;
 use coord_redis::RedisBackend;
 use coord_sqlite::SqliteBackend;
@@ -20,7 +26,7 @@ use tokio_postgres::types::Type;
 
 use crate::Effort;
 use crate::measure::{Stats, Step, failed, fmt_us};
-use crate::ops::{Op, PingStep, component_op, component_rate, run_tasks};
+use crate::ops::{Op, PingStep, component_op, component_rate, one_handoff, run_tasks};
 use crate::side_by_side::{Store, extend};
 
 /// `SELECT 1` on a pooled connection: the PostgreSQL round-trip floor.
@@ -79,13 +85,16 @@ async fn time_steps(step: &mut impl Step, reps: usize) -> wasmtime::Result<Stats
     Ok(samples)
 }
 
-/// The comparison's two tables. `pool` is a pool on the same server as
-/// `postgres`, of the backend's size, for the references.
+/// The comparison's three tables. `pool` is a pool on the same server as
+/// `postgres`, of the backend's size, for the references; `others` are a
+/// second backend on each store (Redis, PostgreSQL, the SQLite file), for
+/// the handoffs.
 pub async fn compare(
     redis: Arc<RedisBackend>,
     postgres: Arc<PostgresBackend>,
     pool: Pool,
     sqlite: Arc<SqliteBackend>,
+    others: [Arc<dyn Backend>; 3],
     effort: Effort,
 ) -> wasmtime::Result<()> {
     let (r, p) = (redis.clone(), postgres.clone());
@@ -223,6 +232,31 @@ pub async fn compare(
         "-",
         select_rate / ping_rate
     );
+    println!();
+
+    println!(
+        "Lock handoff: release → the waiter holds it (p50 / p99 µs, {} handoffs each)",
+        effort.handoffs
+    );
+    let names = ["Redis", "PostgreSQL", "SQLite file"];
+    for ((store, other), name) in stores.iter_mut().zip(others).zip(names) {
+        let apart = Arc::new(Runtime::new(other)?);
+        let (mut same, mut elsewhere) = (Stats::default(), Stats::default());
+        let run = std::process::id();
+        for n in 0..effort.handoffs {
+            let resource = format!("{run}-handoff-{n}");
+            same.push(one_handoff(&mut store.instance, &store.runtime, &resource, false, n).await?);
+            let resource = format!("{run}-handoff-apart-{n}");
+            elsewhere.push(one_handoff(&mut store.instance, &apart, &resource, false, n).await?);
+        }
+        println!(
+            "  {name:<12} waiter on the same backend {:>9} / {:>9}   on another {:>9} / {:>9}",
+            fmt_us(same.median()),
+            fmt_us(same.p99()),
+            fmt_us(elsewhere.median()),
+            fmt_us(elsewhere.p99()),
+        );
+    }
     println!();
     Ok(())
 }

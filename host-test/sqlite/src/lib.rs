@@ -189,6 +189,26 @@ impl SqliteBackend {
         }
     }
 
+    /// `unavailable` when the database is open read-only (SQLite falls back
+    /// to that when the file is not writable by this process): calls that
+    /// only read still answer, every write would fail.
+    fn writable(&self) -> Result<(), StoreError> {
+        let connection = self.connection.lock().map_err(unavailable)?;
+        if connection
+            .is_readonly(rusqlite::MAIN_DB)
+            .map_err(unavailable)?
+        {
+            return Err(unavailable(format!(
+                "the database {} is read-only to this process: no call can write",
+                self.config
+                    .path
+                    .as_ref()
+                    .map_or("in memory".into(), |p| p.display().to_string())
+            )));
+        }
+        Ok(())
+    }
+
     /// How many `wait` calls of this backend are asleep on `partition`.
     pub fn waiters(&self, partition: &str) -> usize {
         self.asleep

@@ -42,6 +42,7 @@ impl Backend for SqliteBackend {
     /// Whether a write could start now: the write lock taken and given
     /// back (a read-only file, a lock held past the busy timeout: no).
     async fn ready(&self) -> Result<(), StoreError> {
+        self.writable()?;
         self.transact("~ready", |_, _| ()).map(|_| ())
     }
 

@@ -43,7 +43,7 @@ mod redis_server;
 pub mod stall_proxy;
 pub mod watchdog;
 pub use nats_server::{NatsServer, nats_server_binary, nats_url, server_version};
-pub use postgres_server::{drop_table, postgres_url};
+pub use postgres_server::{PrivateServer, Stop, drop_table, postgres_url};
 pub use redis_cluster::{RedisCluster, redis_cluster_url};
 pub use redis_server::{RedisServer, free_ports, redis_url};
 pub use watchdog::{Progress, ProgressBackend, QUIET, watchdog};

@@ -4,6 +4,7 @@
 //! installed binaries (`initdb` into a temporary directory, then
 //! `postgres` on a free port, stopped and removed when the process exits).
 //! A missing server fails the test, naming what it tried; it never skips.
+//! [`PrivateServer`] is a server of one test's own, to stop and restart.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -67,11 +68,16 @@ pub async fn postgres_url() -> String {
     url
 }
 
-/// The directory holding `initdb` and `postgres`: on `PATH`, else the
-/// newest of Debian's `/usr/lib/postgresql/<version>/bin`.
+/// The directory holding `initdb`, `postgres` and the other server
+/// programs: `initdb`'s on `PATH` (links followed), else the newest of
+/// Debian's `/usr/lib/postgresql/<version>/bin`.
 fn server_binaries() -> Option<PathBuf> {
+    // Where a link on PATH points (the server's own directory also holds
+    // pg_ctl and pg_basebackup, which PATH may not).
     let on_path = std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file()));
+        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file()))
+        .and_then(|dir| dir.join("initdb").canonicalize().ok())
+        .and_then(|initdb| initdb.parent().map(PathBuf::from));
     on_path.or_else(|| {
         let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
             .ok()?
@@ -87,6 +93,26 @@ fn server_binaries() -> Option<PathBuf> {
     })
 }
 
+/// Whether the server must run as the `postgres` user (this process is
+/// root, which the server refuses), having given it `dir` if so.
+fn hand_to_server_user(dir: &std::path::Path) -> Result<bool, String> {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+    if root {
+        let owned = Command::new("chown")
+            .args(["-R", "postgres"])
+            .arg(dir)
+            .status()
+            .map_err(|e| format!("chown: {e}"))?;
+        if !owned.success() {
+            return Err("running as root, and no postgres user to run the server as".into());
+        }
+    }
+    Ok(root)
+}
+
 /// Start `postgres` on a free port from a fresh `initdb` in a temporary
 /// directory, kept until this process exits (its shell waits on a stdin
 /// that closes then). The server refuses to run as root: as root, it runs
@@ -94,19 +120,7 @@ fn server_binaries() -> Option<PathBuf> {
 fn spawn_for_this_process() -> Result<String, String> {
     let bin = server_binaries().ok_or("no initdb on PATH or in /usr/lib/postgresql/*/bin")?;
     let (port, dir) = port_and_dir()?;
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
-    let as_user = if root {
-        let owned = Command::new("chown")
-            .args(["-R", "postgres"])
-            .arg(&dir)
-            .status()
-            .map_err(|e| format!("chown: {e}"))?;
-        if !owned.success() {
-            return Err("running as root, and no postgres user to run the server as".into());
-        }
+    let as_user = if hand_to_server_user(&dir)? {
         "runuser -u postgres -- "
     } else {
         ""
@@ -175,4 +189,176 @@ pub fn drop_table(url: String, table: String) {
         });
     });
     let _ = dropping.join();
+}
+
+/// A PostgreSQL server of one test's own, which it may stop (cleanly or as
+/// a crash) and start again on the same data and port: `initdb` into a
+/// temporary directory, then `pg_ctl`. Stopped and removed when dropped.
+pub struct PrivateServer {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    /// `runuser -u postgres --` when running as root (the server refuses
+    /// root), else nothing.
+    as_user: Vec<String>,
+}
+
+/// How a [`PrivateServer`] stops.
+#[derive(Clone, Copy, Debug)]
+pub enum Stop {
+    /// `pg_ctl stop -m fast`: sessions ended, a checkpoint, a clean exit.
+    Fast,
+    /// `pg_ctl stop -m immediate`: every process killed, as in a crash;
+    /// the next start replays the write-ahead log.
+    Immediate,
+}
+
+impl PrivateServer {
+    /// `initdb` and start a server. Blocking: seconds, more on a busy
+    /// machine.
+    pub fn start() -> Result<Self, String> {
+        let server = Self::unstarted()?;
+        server.run(
+            "initdb",
+            &[
+                "-D",
+                "data",
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        )?;
+        server.resume()?;
+        Ok(server)
+    }
+
+    /// A streaming standby of `primary` (`pg_basebackup -R`, asynchronous
+    /// unless the primary names it synchronous), started. Blocking.
+    pub fn standby_of(primary: &PrivateServer) -> Result<Self, String> {
+        let server = Self::unstarted()?;
+        let port = primary.port.to_string();
+        server.run(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-D",
+                "data",
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ],
+        )?;
+        server.resume()?;
+        Ok(server)
+    }
+
+    /// Promote this standby to a primary, waiting until it takes writes.
+    /// Blocking.
+    pub fn promote(&self) -> Result<(), String> {
+        self.run("pg_ctl", &["-D", "data", "-w", "promote"])
+    }
+
+    /// A port and a directory (owned by the server's user), nothing in it.
+    fn unstarted() -> Result<Self, String> {
+        let bin = server_binaries().ok_or("no initdb on PATH or in /usr/lib/postgresql/*/bin")?;
+        let (port, dir) = port_and_dir()?;
+        let as_user = if hand_to_server_user(&dir)? {
+            ["runuser", "-u", "postgres", "--"]
+                .map(String::from)
+                .to_vec()
+        } else {
+            Vec::new()
+        };
+        Ok(PrivateServer {
+            bin,
+            dir,
+            port,
+            as_user,
+        })
+    }
+
+    /// The URL of the server (while it runs).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stop the server, waiting until it has. Blocking.
+    pub fn stop(&self, how: Stop) -> Result<(), String> {
+        let mode = match how {
+            Stop::Fast => "fast",
+            Stop::Immediate => "immediate",
+        };
+        self.run("pg_ctl", &["-D", "data", "-m", mode, "-w", "stop"])
+    }
+
+    /// Start the stopped server on the same data and port, waiting until
+    /// it takes connections. Blocking.
+    pub fn resume(&self) -> Result<(), String> {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                "data",
+                "-l",
+                "server.log",
+                "-o",
+                &options,
+                "-t",
+                "300",
+                "-w",
+                "start",
+            ],
+        )
+    }
+
+    /// Run the server's `program` with `args` in its directory, as the
+    /// server's user; its output is the error when it fails.
+    fn run(&self, program: &str, args: &[&str]) -> Result<(), String> {
+        let path = self.bin.join(program);
+        let mut command = match self.as_user.split_first() {
+            Some((runuser, rest)) => {
+                let mut c = Command::new(runuser);
+                c.args(rest).arg(&path);
+                c
+            }
+            None => Command::new(&path),
+        };
+        let out = command
+            .args(args)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("{program}: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        Err(format!(
+            "{program} {args:?} failed ({}): {}{}\n{log}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let _ = self.stop(Stop::Immediate);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

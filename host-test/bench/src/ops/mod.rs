@@ -175,6 +175,7 @@ mod tasks;
 pub use concurrency::{after_idle, concurrency};
 use concurrency::{idle_pause, native_extend};
 pub use handoff::handoff;
+pub(crate) use handoff::one_handoff;
 use per_operation::native_acquire;
 pub use per_operation::per_operation;
 pub use profile::{one_request, profile_acquire, profile_concurrent};

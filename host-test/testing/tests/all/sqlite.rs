@@ -1,8 +1,8 @@
 //! What only the SQLite backend has to show: backends on separate
 //! connections to one file (as processes on one host) granting a key to
 //! exactly one and waking each other's waiters, a process killed inside a
-//! write transaction, a long write lock held by another process, and an
-//! in-memory database. The contract itself is checked by the shared suites
+//! write transaction, a long write lock held by another process, a file
+//! made read-only, and an in-memory database. The contract itself is checked by the shared suites
 //! (`conformance.rs` and the others run on SQLite too).
 
 use std::path::PathBuf;
@@ -207,4 +207,130 @@ async fn a_database_in_memory_is_one_process_and_a_file_deleted_keeps_fences_ris
         second.revision > first.revision,
         "{second:?} after {first:?}"
     );
+}
+
+/// Make the database's files read-only (`writable: false`) or writable
+/// again: by their mode, or, as root (whom modes do not stop), by the
+/// immutable attribute (`chattr`).
+fn set_writable(path: &std::path::Path, writable: bool) -> Result<(), String> {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let file = PathBuf::from(file);
+        if !file.exists() {
+            continue;
+        }
+        if root {
+            let flag = if writable { "-i" } else { "+i" };
+            let status = std::process::Command::new("chattr")
+                .arg(flag)
+                .arg(&file)
+                .status()
+                .map_err(|e| format!("chattr, to make a file read-only for root: {e}"))?;
+            if !status.success() {
+                return Err(format!("chattr {flag} {}: {status}", file.display()));
+            }
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = if writable { 0o644 } else { 0o444 };
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| format!("chmod {}: {e}", file.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// A database's files kept read-only until this drops (also when the test
+/// fails, so the file can be deleted).
+struct ReadOnly(PathBuf);
+
+impl ReadOnly {
+    fn make(path: &std::path::Path) -> Self {
+        let guard = ReadOnly(path.to_path_buf());
+        set_writable(path, false).unwrap();
+        guard
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let _ = set_writable(&self.0, true);
+    }
+}
+
+#[tokio::test]
+async fn a_read_only_file_is_unavailable_never_busy_or_acquired_and_loses_nothing() {
+    let file = File(sqlite_path());
+    let (held, free) = ("~lock:1:ro:held", "~lock:1:ro:free");
+    let first = {
+        let backend = open(&file.0).await;
+        applied(
+            backend
+                .put(held, "holder", b"a", Some(60_000), &Condition::Absent)
+                .await
+                .unwrap(),
+        )
+        .revision
+    };
+    // The writer has exited: its connection closed, the last one on the
+    // file, which folds the write-ahead log back into the file and deletes
+    // it. (Made immutable under an open connection, the shared-memory file
+    // it maps faults: SIGBUS, the kernel's answer to a write there.)
+    let mut wal = file.0.as_os_str().to_owned();
+    wal.push("-wal");
+    bounded(async {
+        while std::path::Path::new(&wal).exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // A process (re)started on a file an operator made read-only.
+    let read_only = ReadOnly::make(&file.0);
+    let opened = SqliteBackend::open(SqliteConfig::new(Some(file.0.clone()))).await;
+    match opened {
+        Err(error) => assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}"),
+        Ok(backend) => {
+            let acquisition = backend
+                .put(free, "holder", b"b", Some(60_000), &Condition::Absent)
+                .await;
+            assert!(
+                matches!(acquisition, Err(StoreError::Unavailable(_))),
+                "an acquisition on a read-only file: expected unavailable, got {acquisition:?}"
+            );
+            // A contender needs no write to be refused: the file still
+            // reads, and the holder is there. Busy is the truth; anything
+            // but that or unavailable is not.
+            let contender = backend
+                .put(held, "holder", b"b", Some(60_000), &Condition::Absent)
+                .await;
+            assert!(
+                match &contender {
+                    Err(StoreError::Unavailable(_)) => true,
+                    Ok(reply) => matches!(
+                        &reply.outcome,
+                        Outcome::Conflict(Some(e)) if e.value == b"a" && e.revision == first
+                    ),
+                    Err(_) => false,
+                },
+                "a contender on a read-only file: got {contender:?}"
+            );
+            assert!(backend.ready().await.is_err(), "ready on a read-only file");
+        }
+    }
+    drop(read_only);
+    let backend = open(&file.0).await;
+    let read = backend.get(held, "holder").await.unwrap().entry.unwrap();
+    assert_eq!((read.value.as_slice(), read.revision), (&b"a"[..], first));
+    assert_eq!(backend.get(free, "holder").await.unwrap().entry, None);
+    let next = applied(
+        backend
+            .put(free, "holder", b"c", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    assert!(next.revision > first, "{next:?} after {first}");
 }

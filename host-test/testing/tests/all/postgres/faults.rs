@@ -4,6 +4,8 @@
 //! applied afterwards — no ghost holder once the stall ends — while fences
 //! stay above every earlier one.
 //!
+//! And the server itself stopped and started again, cleanly and as a crash.
+//!
 //! A stall here is a lock another session holds: `EXCLUSIVE` on the table
 //! (reads go on, every write waits for it), or `FOR UPDATE` on one row.
 
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Table;
-use crate::common::{applied, bounded, postgres_config, postgres_url};
+use crate::common::{PrivateServer, Stop, applied, bounded, postgres_config, postgres_url};
 use coord_host::backend::*;
 use coord_postgres::{PostgresBackend, PostgresConfig};
 use tokio_postgres::{Client, NoTls};
@@ -263,4 +265,108 @@ async fn a_connection_killed_inside_a_write_is_unavailable_and_applies_nothing()
         }
     }
     assert!(written, "the pool never recovered");
+}
+
+/// Stop the test's own server `how`, call through the outage, start it
+/// again: calls in the outage are `unavailable`, every acquisition
+/// committed before it survives, and fences rise after it.
+async fn through_a_restart(how: Stop) {
+    let server = Arc::new(
+        tokio::task::spawn_blocking(PrivateServer::start)
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    let config = PostgresConfig {
+        response_timeout: Duration::from_secs(2),
+        ..postgres_config(&server.url(), 64, None)
+    };
+    let backend = Arc::new(PostgresBackend::connect(config).await.unwrap());
+    let first = hold(&backend).await;
+    let watched = "eph:1:restart:room";
+    backend
+        .put(watched, "k", b"1", None, &Condition::Always)
+        .await
+        .unwrap();
+    let seen = backend.list(watched, "").await.unwrap().revision;
+    let waiter = {
+        let backend = backend.clone();
+        tokio::spawn(async move { backend.wait(watched, seen, 600_000).await })
+    };
+    bounded(async {
+        while backend.waiters(watched) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+
+    let stopping = server.clone();
+    tokio::task::spawn_blocking(move || stopping.stop(how))
+        .await
+        .unwrap()
+        .unwrap();
+    unavailable(
+        backend
+            .put(FREE, "holder", b"b", Some(60_000), &Condition::Absent)
+            .await,
+        "an acquisition while the server is down",
+    );
+    unavailable(
+        backend
+            .put(HELD, "holder", b"b", Some(60_000), &Condition::Absent)
+            .await,
+        "a contender while the server is down (never busy)",
+    );
+
+    let resuming = server.clone();
+    tokio::task::spawn_blocking(move || resuming.resume())
+        .await
+        .unwrap()
+        .unwrap();
+    // The pool's connections died with the server: each call meets at most
+    // one of them, and the pool makes new ones.
+    let mut next = None;
+    for _ in 0..20 {
+        match backend
+            .put(FREE, "holder", b"c", Some(60_000), &Condition::Absent)
+            .await
+        {
+            Ok(reply) => {
+                next = Some(applied(reply));
+                break;
+            }
+            Err(StoreError::Unavailable(_)) => {}
+            Err(other) => panic!("expected unavailable or done, got {other:?}"),
+        }
+    }
+    let next = next.expect("the pool never reconnected");
+    assert!(next.revision > first, "{next:?} after {first}");
+    let held = backend.get(HELD, "holder").await.unwrap().entry;
+    assert_eq!(
+        held.map(|e| (e.value, e.revision)),
+        Some((b"a".to_vec(), first)),
+        "the acquisition committed before the {how:?} stop was lost"
+    );
+    // The waiter answers: woken by a write after the restart (the listener
+    // reconnected, or its re-check saw it), or unavailable if its own
+    // connection died under it.
+    backend
+        .put(watched, "k", b"2", None, &Condition::Always)
+        .await
+        .unwrap();
+    match bounded(waiter).await.unwrap() {
+        Ok(woken) => assert!(woken > seen),
+        Err(StoreError::Unavailable(_)) => {}
+        Err(other) => panic!("expected a revision or unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restarted_cleanly_keeps_every_holder_and_fences_rise() {
+    through_a_restart(Stop::Fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_crashed_and_restarted_keeps_every_committed_holder_and_fences_rise() {
+    through_a_restart(Stop::Immediate).await;
 }

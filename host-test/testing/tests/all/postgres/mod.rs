@@ -15,6 +15,7 @@ use coord_postgres::{PostgresBackend, PostgresConfig};
 use tokio_postgres::NoTls;
 
 mod faults;
+mod promotion;
 
 /// A backend on the test server, on the server's own clock; its table is
 /// dropped when the returned guard drops.
