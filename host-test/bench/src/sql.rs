@@ -2,8 +2,9 @@
 //! latency and round trips of each call at concurrency 1, and the rates of
 //! lock pairs and rate-limit checks at 64 tasks, on Redis, PostgreSQL and a
 //! SQLite file; beside them, what a PostgreSQL user picks instead of a lock
-//! (`pg_try_advisory_lock` + `pg_advisory_unlock`) and the round-trip floor
-//! of each server (a Redis `PING`, a PostgreSQL `SELECT 1`).
+//! (`pg_try_advisory_lock` + `pg_advisory_unlock`), the round-trip floor
+//! of each server (a Redis `PING`, a PostgreSQL `SELECT 1`), and a durable
+//! write's on PostgreSQL (a one-row `UPDATE`, with and without a `NOTIFY`).
 //!
 //! Last, a lock handed from its holder to a waiter on another backend (as
 //! on another host, or in another process on the SQLite file), and on the
@@ -68,6 +69,36 @@ impl Step for AdvisoryPair {
         }
         client
             .query_typed("SELECT pg_advisory_unlock($1)", &[key()])
+            .await
+            .map_err(|e| failed(&e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// A durable write on PostgreSQL, one statement: `UPDATE` of row `.2` of
+/// table `.1`, committed (flushed to disk) before it answers; with `.3`,
+/// with a `NOTIFY` in the same statement, as coord's writes that a waiter
+/// waits for.
+struct DurableWrite(Pool, Arc<str>, i64, bool);
+
+impl Step for DurableWrite {
+    async fn step(&mut self) -> wasmtime::Result<()> {
+        let client = self.0.get().await.map_err(|e| failed(&e.to_string()))?;
+        let update = format!("UPDATE {} SET v = v + 1 WHERE id = $1", self.1);
+        let sql = if self.3 {
+            format!(
+                "WITH w AS ({update} RETURNING id) SELECT pg_notify('{}', 'x') FROM w",
+                self.1
+            )
+        } else {
+            update
+        };
+        let id = (
+            &self.2 as &(dyn tokio_postgres::types::ToSql + Sync),
+            Type::INT8,
+        );
+        client
+            .query_typed(&sql, &[id])
             .await
             .map_err(|e| failed(&e.to_string()))?;
         Ok(())
@@ -176,6 +207,30 @@ pub async fn compare(
         "advisory lock pair (PG's own)",
         [(None, 0.0), (Some(advisory), 2.0), (None, 0.0)],
     );
+    let refs: Arc<str> = format!("coordbench_{}_refs", std::process::id()).into();
+    pool.get()
+        .await
+        .map_err(|e| failed(&e.to_string()))?
+        .batch_execute(&format!(
+            "CREATE TABLE {refs} (id bigint PRIMARY KEY, v bigint NOT NULL); \
+             INSERT INTO {refs} SELECT g, 0 FROM generate_series(0, 64) g"
+        ))
+        .await
+        .map_err(|e| failed(&e.to_string()))?;
+    let write = time_steps(
+        &mut DurableWrite(pool.clone(), refs.clone(), 0, false),
+        reps,
+    )
+    .await?;
+    row(
+        "a durable UPDATE (write limit)",
+        [(None, 0.0), (Some(write), 1.0), (None, 0.0)],
+    );
+    let notify = time_steps(&mut DurableWrite(pool.clone(), refs.clone(), 0, true), reps).await?;
+    row(
+        "the UPDATE with a NOTIFY",
+        [(None, 0.0), (Some(notify), 1.0), (None, 0.0)],
+    );
     let ping = time_steps(&mut PingStep(redis.clone()), reps).await?;
     let select = time_steps(&mut SelectOne(pool.clone()), reps).await?;
     row(
@@ -216,6 +271,23 @@ pub async fn compare(
         "  {:<30} {:>10} {advisory_rate:>12.0} {:>10} {:>9}",
         "advisory lock pair (PG's own)", "-", "-", "-"
     );
+    for (notify, name) in [
+        (false, "a durable UPDATE (write limit)"),
+        (true, "the UPDATE with a NOTIFY"),
+    ] {
+        let (_, rate) = run_tasks(TASKS, effort.per_task, |t| {
+            let (pool, refs) = (pool.clone(), refs.clone());
+            async move { Ok(DurableWrite(pool, refs, t as i64 + 1, notify)) }
+        })
+        .await?;
+        println!(
+            "  {name:<30} {:>10} {rate:>12.0} {:>10} {:>9}",
+            "-", "-", "-"
+        );
+    }
+    if let Ok(client) = pool.get().await {
+        let _ = client.batch_execute(&format!("DROP TABLE {refs}")).await;
+    }
     let (_, ping_rate) = run_tasks(TASKS, effort.per_task, |_| {
         let redis = redis.clone();
         async move { Ok(PingStep(redis)) }

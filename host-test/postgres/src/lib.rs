@@ -248,8 +248,10 @@ impl PostgresBackend {
                version bigint NOT NULL,
                decided_at bigint NOT NULL,
                state bytea NOT NULL,
-               collect_at bigint
+               collect_at bigint,
+               wait_until bigint
              );
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS wait_until bigint;
              CREATE INDEX IF NOT EXISTS {t}_collect_at ON {t} (collect_at);"
         );
         for attempt in 0..3 {

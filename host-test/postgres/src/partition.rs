@@ -27,6 +27,9 @@ pub const FEED_BYTES: usize = 16 * 1024;
 /// time is its milliseconds, and revisions are floored at it.
 const CLOCK_US: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
+/// The server's clock in milliseconds, as waiters register until.
+const CLOCK_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
 /// A partition as read: its row's version, its state, its encoding (to tell
 /// whether a call changed it) and the latest store time it was decided at.
 struct Loaded {
@@ -121,6 +124,38 @@ impl PostgresBackend {
         ))
     }
 
+    /// Say on the partition's row that a waiter waits on it for the next
+    /// `cover_ms` of the server's clock (if the row exists: the first write
+    /// of a new row always announces itself). A write reads this in the
+    /// statement that writes the row, after the row's lock, so a write
+    /// either sees the registration and announces itself, or committed
+    /// before it, and the check the waiter makes next sees the write.
+    pub(super) async fn register_waiter(
+        &self,
+        name: &str,
+        cover_ms: u64,
+    ) -> Result<(), StoreError> {
+        let sql = format!(
+            "UPDATE {} SET wait_until = greatest(coalesce(wait_until, 0), {CLOCK_MS} + $2) \
+             WHERE name = $1",
+            self.config.table
+        );
+        let cover = column(cover_ms);
+        self.trip();
+        self.bounded(async {
+            let client = self.client().await?;
+            client
+                .query_typed(
+                    &sql,
+                    &[(&name.as_bytes(), Type::BYTEA), (&cover, Type::INT8)],
+                )
+                .await
+                .map_err(refused)
+        })
+        .await?;
+        Ok(())
+    }
+
     /// When the partition's row may be deleted: its last live entry's
     /// expiry plus the retention (none while an entry never expires).
     fn collect_at(&self, partition: &Partition, now: u64) -> Option<i64> {
@@ -210,25 +245,35 @@ impl PostgresBackend {
                 "INSERT INTO {t} (name, version, decided_at, state, collect_at) \
                  SELECT $1, nextval('{t}_versions'), $2, $3, $4 \
                  WHERE $5 = 0 AND {CLOCK_US} < $6 \
-                 ON CONFLICT (name) DO NOTHING RETURNING version"
+                 ON CONFLICT (name) DO NOTHING"
             ),
             Some(_) => format!(
                 "UPDATE {t} SET version = nextval('{t}_versions'), decided_at = $2, \
                  state = $3, collect_at = $4 \
                  WHERE name = (SELECT name FROM {t} WHERE name = $1 AND version = $5 \
                                FOR UPDATE SKIP LOCKED) \
-                   AND version = $5 AND {CLOCK_US} < $6 \
-                 RETURNING version"
+                   AND version = $5 AND {CLOCK_US} < $6"
             ),
         };
         let payload = write
             .announce
             .zip(announced_name(name))
             .map(|(revision, hex)| format!("{revision}:{hex}"));
-        // The announcement rides on the write: sent only if it applied.
+        // The announcement rides on the write: sent only if it applied, and
+        // only if a waiter said it waits on the row (a new row: always).
+        // `NOTIFY` serialises every notifying commit on the server, through
+        // its flush to disk, so writes nobody waits for skip it.
+        let waited = match write.version {
+            None => "true".to_string(),
+            Some(_) => format!("w.wait_until > {CLOCK_MS}"),
+        };
         let sql = match payload {
-            Some(_) => format!("WITH w AS ({statement}) SELECT pg_notify($7, $8) FROM w"),
-            None => format!("WITH w AS ({statement}) SELECT 1 FROM w"),
+            Some(_) => format!(
+                "WITH w AS ({statement} RETURNING wait_until), \
+                 n AS (SELECT pg_notify($7, $8) FROM w WHERE {waited}) \
+                 SELECT (SELECT count(*) FROM n) FROM w"
+            ),
+            None => format!("WITH w AS ({statement} RETURNING version) SELECT 1 FROM w"),
         };
         let decided_at = column(now);
         let version = write.version.unwrap_or(0);

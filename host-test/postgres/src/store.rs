@@ -17,6 +17,10 @@ use coord_host::clock::Clock;
 
 use super::{PostgresBackend, announced_name, unavailable};
 
+/// How long past its next check a waiter's registration on a row lasts: a
+/// round trip slowed that much still finds the row announcing writes.
+const REGISTRATION_SLACK_MS: u64 = 5_000;
+
 impl PostgresBackend {
     /// Run a write and wrap its outcome with the now it was decided at.
     async fn write(
@@ -133,6 +137,13 @@ impl Backend for PostgresBackend {
         let announced_as = announced_name(partition);
         let mut deadline = None;
         loop {
+            // Registered before the check: a write after the check sees
+            // the registration and announces itself (see
+            // `register_waiter`). It covers this round's sleep, with room
+            // for a slow round trip; a lapse costs at most one sleep.
+            let recheck_ms = u64::try_from(self.config.recheck.as_millis()).unwrap_or(u64::MAX);
+            self.register_waiter(partition, recheck_ms.saturating_add(REGISTRATION_SLACK_MS))
+                .await?;
             // A check records due expiries, so an expiry is a new revision.
             let ((revision, next_expiry), now) = self
                 .transact(partition, |p, _| (p.revision(), p.next_expiry()))
@@ -141,7 +152,6 @@ impl Backend for PostgresBackend {
             if revision > after || now >= deadline {
                 return Ok(revision);
             }
-            let recheck_ms = u64::try_from(self.config.recheck.as_millis()).unwrap_or(u64::MAX);
             let mut sleep_ms = (deadline - now).min(recheck_ms);
             if let Some(expiry) = next_expiry {
                 sleep_ms = sleep_ms.min(expiry.saturating_sub(now).max(1));

@@ -256,3 +256,57 @@ async fn backends_on_separate_pools_grant_a_key_to_exactly_one() {
         assert_eq!(granted, 1, "round {round}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_another_backend_is_woken_by_the_write_not_by_its_recheck() {
+    let url = postgres_url().await;
+    // Re-checks an hour apart: a waiter that answers was told.
+    let config = PostgresConfig {
+        recheck: Duration::from_secs(3600),
+        ..postgres_config(&url, 64, None)
+    };
+    let _table = Table {
+        url,
+        name: config.table.clone(),
+    };
+    let writer = PostgresBackend::connect(config.clone()).await.unwrap();
+    let waiting = Arc::new(PostgresBackend::connect(config).await.unwrap());
+    // A new row (its first write always announces itself), then rows
+    // that exist (a write announces itself when a waiter registered),
+    // each write racing the waiter's registration.
+    for round in 0..30 {
+        let p = format!("eph:1:wake:{}", round % 3);
+        let after = waiting.list(&p, "").await.unwrap().revision;
+        let waiter = {
+            let (waiting, p) = (waiting.clone(), p.clone());
+            tokio::spawn(async move { waiting.wait(&p, after, 3_600_000).await })
+        };
+        if round % 2 == 0 {
+            // Half the rounds write once the waiter sleeps, half at once.
+            bounded(async {
+                while waiting.waiters(&p) == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await;
+        }
+        let written = applied(
+            writer
+                .put(
+                    &p,
+                    "k",
+                    format!("{round}").as_bytes(),
+                    None,
+                    &Condition::Always,
+                )
+                .await
+                .unwrap(),
+        );
+        let woken = bounded(waiter).await.unwrap().unwrap();
+        assert!(
+            woken >= written.revision && woken > after,
+            "round {round}: woken at {woken}, written at {}",
+            written.revision
+        );
+    }
+}
