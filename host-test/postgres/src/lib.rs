@@ -92,6 +92,11 @@ pub struct PostgresConfig {
     pub response_timeout: Duration,
     /// How often a waiter checks its partition when no notification came.
     pub recheck: Duration,
+    /// How long a waiter's registration on a row lasts once written (see
+    /// docs/postgres.md, "Waiting"): waiters write a row about this often,
+    /// and writes to it announce themselves this long after the last
+    /// waiter left.
+    pub registration: Duration,
     /// Connections in the pool (the listening connection is one more).
     pub pool_size: usize,
     /// How often expired rows are deleted.
@@ -102,8 +107,8 @@ pub struct PostgresConfig {
 
 impl PostgresConfig {
     /// The defaults for `url`: table `coord_partitions`, 1024 changes of
-    /// history, ten minutes of retention, a 5 s response timeout, 16
-    /// connections, collection every minute.
+    /// history, ten minutes of retention, a 5 s response timeout, waiters'
+    /// registrations of 30 s, 16 connections, collection every minute.
     pub fn new(url: &str) -> Self {
         PostgresConfig {
             url: url.to_string(),
@@ -112,6 +117,7 @@ impl PostgresConfig {
             retention_ms: DEFAULT_RETENTION_MS,
             response_timeout: Duration::from_secs(5),
             recheck: Duration::from_millis(RECHECK_MS),
+            registration: Duration::from_secs(30),
             pool_size: 16,
             collect_every: Duration::from_secs(60),
             test_clock: None,

@@ -124,30 +124,41 @@ impl PostgresBackend {
         ))
     }
 
-    /// Say on the partition's row that a waiter waits on it for the next
-    /// `cover_ms` of the server's clock (if the row exists: the first write
-    /// of a new row always announces itself). A write reads this in the
-    /// statement that writes the row, after the row's lock, so a write
-    /// either sees the registration and announces itself, or committed
-    /// before it, and the check the waiter makes next sees the write.
+    /// Make sure the partition's row says a waiter waits on it for at
+    /// least the next `need_ms` of the server's clock (if the row exists:
+    /// the first write of a new row always announces itself). When it says
+    /// less, the row is written to say `cover_ms`; when it already says
+    /// enough (another waiter, an earlier round), nothing is written, so a
+    /// waiter writes about once per `cover_ms`, not once per check.
+    ///
+    /// A write reads this in the statement that writes the row, after the
+    /// row's lock: it either sees the registration and announces itself,
+    /// or committed before it, and the check the waiter makes next sees
+    /// the write. Skipping holds the same way: a write after this
+    /// statement reads a registration at least as long as the one it saw.
     pub(super) async fn register_waiter(
         &self,
         name: &str,
+        need_ms: u64,
         cover_ms: u64,
     ) -> Result<(), StoreError> {
         let sql = format!(
             "UPDATE {} SET wait_until = greatest(coalesce(wait_until, 0), {CLOCK_MS} + $2) \
-             WHERE name = $1",
+             WHERE name = $1 AND coalesce(wait_until, 0) < {CLOCK_MS} + $3",
             self.config.table
         );
-        let cover = column(cover_ms);
+        let (cover, need) = (column(cover_ms.max(need_ms)), column(need_ms));
         self.trip();
         self.bounded(async {
             let client = self.client().await?;
             client
                 .query_typed(
                     &sql,
-                    &[(&name.as_bytes(), Type::BYTEA), (&cover, Type::INT8)],
+                    &[
+                        (&name.as_bytes(), Type::BYTEA),
+                        (&cover, Type::INT8),
+                        (&need, Type::INT8),
+                    ],
                 )
                 .await
                 .map_err(refused)

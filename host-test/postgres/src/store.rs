@@ -17,8 +17,9 @@ use coord_host::clock::Clock;
 
 use super::{PostgresBackend, announced_name, unavailable};
 
-/// How long past its next check a waiter's registration on a row lasts: a
-/// round trip slowed that much still finds the row announcing writes.
+/// How long past its next check a waiter needs its registration on a row
+/// to last: a round trip slowed that much still finds the row announcing
+/// writes.
 const REGISTRATION_SLACK_MS: u64 = 5_000;
 
 impl PostgresBackend {
@@ -142,8 +143,9 @@ impl Backend for PostgresBackend {
             // `register_waiter`). It covers this round's sleep, with room
             // for a slow round trip; a lapse costs at most one sleep.
             let recheck_ms = u64::try_from(self.config.recheck.as_millis()).unwrap_or(u64::MAX);
-            self.register_waiter(partition, recheck_ms.saturating_add(REGISTRATION_SLACK_MS))
-                .await?;
+            let need_ms = recheck_ms.saturating_add(REGISTRATION_SLACK_MS);
+            let cover_ms = u64::try_from(self.config.registration.as_millis()).unwrap_or(u64::MAX);
+            self.register_waiter(partition, need_ms, cover_ms).await?;
             // A check records due expiries, so an expiry is a new revision.
             let ((revision, next_expiry), now) = self
                 .transact(partition, |p, _| (p.revision(), p.next_expiry()))

@@ -259,10 +259,23 @@ async fn backends_on_separate_pools_grant_a_key_to_exactly_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_on_another_backend_is_woken_by_the_write_not_by_its_recheck() {
+    // Registrations shorter than a round: each round writes one.
+    woken_by_the_write(Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_row_still_says_so_is_woken_without_registering_again() {
+    // Registrations of two hours: rounds after the first write none.
+    woken_by_the_write(Duration::from_secs(7200)).await;
+}
+
+/// 30 rounds of a waiter on one backend and a write on another, with
+/// re-checks an hour apart, so a waiter that answers was told.
+async fn woken_by_the_write(registration: Duration) {
     let url = postgres_url().await;
-    // Re-checks an hour apart: a waiter that answers was told.
     let config = PostgresConfig {
         recheck: Duration::from_secs(3600),
+        registration,
         ..postgres_config(&url, 64, None)
     };
     let _table = Table {
