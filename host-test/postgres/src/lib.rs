@@ -39,9 +39,10 @@
 //! table's channel with the revision and the partition's name in hex (a
 //! name may hold any character, NUL included, which a payload cannot; a
 //! name too long for a payload, over 3 900 bytes, is not announced). One connection per
-//! backend listens; a waiter re-checks the partition at least every
-//! [`PostgresConfig::recheck`], so a lost notification (the listening
-//! connection was down) delays it, never strands it.
+//! backend listens, and `connect` returns once it does. A waiter re-checks
+//! the partition at least every [`PostgresConfig::recheck`], at once when
+//! the listening connection is lost or listens again (a write in between
+//! notified nobody here), and every 500 ms while none listens.
 //!
 //! **Collection.** A row records when its partition may go (its last live
 //! entry's expiry plus the retention; never while an entry has no TTL).
@@ -58,7 +59,7 @@ use std::time::Duration;
 use coord_host::backend::{DEFAULT_RETENTION_MS, StoreError};
 use coord_host::clock::{Clock, ManualClock};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::NoTls;
 
@@ -153,6 +154,8 @@ pub struct PostgresBackend {
     pool: Pool,
     /// What the listening connection heard: (partition, revision).
     notifications: broadcast::Sender<(String, u64)>,
+    /// Whether the listening connection listens (see [`listen::listen`]).
+    listening: watch::Receiver<Option<u64>>,
     asleep: Mutex<HashMap<String, usize>>,
     round_trips: AtomicU64,
     tasks: Vec<JoinHandle<()>>,
@@ -221,6 +224,7 @@ impl PostgresBackend {
             .build()
             .map_err(unavailable)?;
         let (notifications, _) = broadcast::channel(1024);
+        let (listening_tx, listening) = watch::channel(None);
         let mut backend = PostgresBackend {
             config: PostgresConfig {
                 history: config.history.max(1),
@@ -228,13 +232,33 @@ impl PostgresBackend {
             },
             pool,
             notifications,
+            listening,
             asleep: Mutex::new(HashMap::new()),
             round_trips: AtomicU64::new(0),
             tasks: Vec::new(),
         };
         backend.make_table().await?;
-        let listening = listen::listen(pg, backend.channel(), backend.notifications.clone());
-        backend.tasks.push(tokio::spawn(listening));
+        let listener = listen::listen(
+            pg,
+            backend.channel(),
+            backend.notifications.clone(),
+            listening_tx,
+        );
+        backend.tasks.push(tokio::spawn(listener));
+        // A backend returned listens, so its first waiters are woken by
+        // writes like every later one. Should the listening connection be
+        // slower than the response timeout, waiters poll until it is up.
+        let mut listening = backend.listening.clone();
+        let up = listening.wait_for(Option::is_some);
+        if tokio::time::timeout(backend.config.response_timeout, up)
+            .await
+            .is_err()
+        {
+            tracing::debug!(
+                "not listening yet: waiters re-check every {:?}",
+                listen::RETRY
+            );
+        }
         backend.tasks.push(tokio::spawn(collect(
             backend.pool.clone(),
             backend.config.clone(),

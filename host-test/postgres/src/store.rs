@@ -15,7 +15,7 @@ use coord_host::backend::{
 };
 use coord_host::clock::Clock;
 
-use super::{PostgresBackend, announced_name, unavailable};
+use super::{PostgresBackend, announced_name, listen, unavailable};
 
 /// How long past its next check a waiter needs its registration on a row
 /// to last: a round trip slowed that much still finds the row announcing
@@ -135,9 +135,15 @@ impl Backend for PostgresBackend {
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
         // Subscribed before the first check, so a change after it wakes us.
         let mut heard = self.notifications.subscribe();
+        let mut listening = self.listening.clone();
         let announced_as = announced_name(partition);
         let mut deadline = None;
         loop {
+            // Read before the check: a write announced while this says the
+            // connection listens reaches `heard`; when it stops listening,
+            // or listens again on a new connection, `changed` wakes us to
+            // check for writes nobody heard.
+            let listens = listening.borrow_and_update().is_some();
             // Registered before the check: a write after the check sees
             // the registration and announces itself (see
             // `register_waiter`). It covers this round's sleep, with room
@@ -155,6 +161,10 @@ impl Backend for PostgresBackend {
                 return Ok(revision);
             }
             let mut sleep_ms = (deadline - now).min(recheck_ms);
+            if !listens {
+                // Nobody hears announcements: poll until someone does.
+                sleep_ms = sleep_ms.min(listen::RETRY.as_millis() as u64);
+            }
             if let Some(expiry) = next_expiry {
                 sleep_ms = sleep_ms.min(expiry.saturating_sub(now).max(1));
             }
@@ -183,6 +193,12 @@ impl Backend for PostgresBackend {
                         Err(RecvError::Closed) => {
                             return Err(unavailable("the backend is closing"));
                         }
+                    },
+                    changed = listening.changed() => match changed {
+                        // Lost or listening again: announcements may have
+                        // gone unheard in between.
+                        Ok(()) => break,
+                        Err(_) => return Err(unavailable("the backend is closing")),
                     },
                     _ = &mut sleep => break,
                     _ = &mut test_clock_reaches => break,

@@ -195,6 +195,78 @@ async fn connections_killed_by_the_server_cost_a_call_each_at_most_and_never_str
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_listening_connection_missed_still_wakes_a_waiter_with_an_hour_between_rechecks()
+ {
+    let url = postgres_url().await;
+    let name = format!("coordlisten{}", std::process::id());
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let config = PostgresConfig {
+        recheck: Duration::from_secs(3600),
+        ..postgres_config(
+            &format!("{url}{separator}application_name={name}"),
+            64,
+            None,
+        )
+    };
+    let table = Table {
+        url: url.clone(),
+        name: config.table.clone(),
+    };
+    let writer = PostgresBackend::connect(PostgresConfig {
+        url: url.clone(),
+        ..config.clone()
+    })
+    .await
+    .unwrap();
+    let waiting = Arc::new(PostgresBackend::connect(config).await.unwrap());
+    let p = "eph:1:listen:lost";
+    for round in 0..5 {
+        let after = waiting.list(p, "").await.unwrap().revision;
+        let waiter = {
+            let waiting = waiting.clone();
+            tokio::spawn(async move { waiting.wait(p, after, 3_600_000).await })
+        };
+        bounded(async {
+            while waiting.waiters(p) == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        // Only the waiting backend's listening connection goes; the write
+        // follows at once, before the listener is back half a second
+        // later, so its announcement reaches nobody in that process.
+        admin(
+            &table.url,
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = '{name}' AND query LIKE 'LISTEN %'"
+            ),
+        )
+        .await;
+        let written = applied(
+            writer
+                .put(
+                    p,
+                    "k",
+                    format!("{round}").as_bytes(),
+                    None,
+                    &Condition::Always,
+                )
+                .await
+                .unwrap(),
+        );
+        // Its re-check is an hour away: it answers because it learnt the
+        // listener was lost and checked again once one listened.
+        let woken = bounded(waiter).await.unwrap().unwrap();
+        assert!(
+            woken >= written.revision,
+            "round {round}: woken at {woken}, written at {}",
+            written.revision
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_row_coord_did_not_write_is_unavailable_not_a_panic() {
     let (backend, table) = on_server_clock().await;
