@@ -512,3 +512,74 @@ async fn killing_the_stream_leader_mid_contention_grants_nothing_twice_and_work_
         unavailable.load(Ordering::SeqCst)
     );
 }
+
+/// A waiter connected to one node and a writer to another, with re-checks
+/// an hour apart: the waiter's subscription must reach the writer's node
+/// before the write's announcement, or the waiter answers only because
+/// something else woke it. 30 rounds, half writing the moment the waiter
+/// sleeps. Run by hand (`-- --ignored nats_cluster::a_waiter_on_one_node`)
+/// until it has a record in CI's load: it passed 4 runs of 30 rounds,
+/// 3 of them with both cores kept busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a 3-node experiment on cross-node wake-ups, run by hand"]
+async fn a_waiter_on_one_node_is_woken_by_a_write_through_another() {
+    use coord_host::backend::{Backend, Condition, Outcome};
+    let cluster = Cluster::start("crossnode");
+    let on_node = |name: &str| {
+        let mut config = NatsConfig::new(&format!("nats://127.0.0.1:{}", cluster.port_of(name)));
+        config.replicas = 3;
+        config.stream = "COORDCROSS".into();
+        config.response_timeout = Duration::from_secs(15);
+        config.recheck = Duration::from_secs(3600);
+        config
+    };
+    let connect_to = |config: NatsConfig| async move {
+        let started = Instant::now();
+        loop {
+            match NatsBackend::connect(config.clone()).await {
+                Ok(backend) => return Arc::new(backend),
+                Err(_) if started.elapsed() < Duration::from_secs(60) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("the cluster never took the stream: {e:?}"),
+            }
+        }
+    };
+    let waiting = connect_to(on_node("n0")).await;
+    let writer = connect_to(on_node("n2")).await;
+    for round in 0..30 {
+        let p = format!("eph:1:cross:{}", round % 3);
+        let after = waiting.list(&p, "").await.unwrap().revision;
+        let waiter = {
+            let (waiting, p) = (waiting.clone(), p.clone());
+            tokio::spawn(async move { waiting.wait(&p, after, 3_600_000).await })
+        };
+        if round % 2 == 0 {
+            common::bounded(async {
+                while waiting.waiters(&p) == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await;
+        }
+        let reply = writer
+            .put(
+                &p,
+                "k",
+                format!("{round}").as_bytes(),
+                None,
+                &Condition::Always,
+            )
+            .await
+            .unwrap();
+        let Outcome::Applied(written) = reply.outcome else {
+            panic!("round {round}: {reply:?}");
+        };
+        let woken = common::bounded(waiter).await.unwrap().unwrap();
+        assert!(
+            woken >= written.revision && woken > after,
+            "round {round}: woken at {woken}, written at {}",
+            written.revision
+        );
+    }
+}
