@@ -295,9 +295,26 @@ impl Partition {
             (Condition::RevisionAndValue(Guard { revision, value }), Some(e)) => {
                 e.revision == *revision && e.value == *value
             }
+            (Condition::AbsentAndFewerThan(limit), None) => {
+                if self.entries.len() < *limit as usize {
+                    return None;
+                }
+                return Some(Outcome::Conflict(self.first_to_expire()));
+            }
+            (Condition::AbsentAndFewerThan(_), Some(_)) => false,
             (_, None) => false,
         };
         (!holds).then(|| Outcome::Conflict(current.cloned()))
+    }
+
+    /// The live entry that expires first; one without an expiry only when
+    /// none has one (`absent-and-fewer-than`'s conflict).
+    fn first_to_expire(&self) -> Option<Entry> {
+        let key = match self.expiries.first() {
+            Some((_, key)) => key,
+            None => self.entries.keys().next()?,
+        };
+        self.entries.get(key).cloned()
     }
 
     /// Like `check`, but an absent key never satisfies the condition (delete, touch).

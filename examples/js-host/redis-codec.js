@@ -83,6 +83,7 @@ export function scriptCall(prefix, partition, op, inputs = {}) {
       case 'revision-and-value':
         args.push('revision-and-value', String(condition.val.revision), Buffer.from(condition.val.value));
         break;
+      case 'absent-and-fewer-than': args.push('absent-and-fewer-than', String(condition.val)); break;
       default: throw invalid(`condition: unknown tag ${condition.tag}`);
     }
   }
@@ -100,7 +101,7 @@ function checkTtl(ttlMs) {
   return ttlMs;
 }
 
-const CONDITION_CODES = { always: 1, absent: 2, revision: 3, 'revision-and-value': 4 };
+const CONDITION_CODES = { always: 1, absent: 2, revision: 3, 'revision-and-value': 4, 'absent-and-fewer-than': 5 };
 
 // unwatched.lua's one argument: struct.pack('<BBddd', op, condition, clock,
 // number, guard revision), then the key, the value and the guard value,
@@ -116,7 +117,8 @@ function packInputs(op, { key: k = '', value, ttlMs, condition, after }) {
   if (condition !== undefined) {
     conditionCode = CONDITION_CODES[condition.tag];
     if (conditionCode === undefined) throw invalid(`condition: unknown tag ${condition.tag}`);
-    if (condition.tag === 'revision') guard = Number(condition.val);
+    // The guard number carries a revision, or absent-and-fewer-than's limit.
+    if (condition.tag === 'revision' || condition.tag === 'absent-and-fewer-than') guard = Number(condition.val);
     if (condition.tag === 'revision-and-value') [guard, guardValue] = [Number(condition.val.revision), condition.val.value];
   }
   const keyBytes = Buffer.from(k, 'utf8');

@@ -75,8 +75,21 @@ function holds(e, condition) {
     case 'revision': return e !== undefined && e.revision === condition.val;
     case 'revision-and-value':
       return e !== undefined && e.revision === condition.val.revision && equalBytes(e.value, condition.val.value);
+    // The count is put's to check: a delete or touch of a live key never holds.
+    case 'absent-and-fewer-than': return e === undefined;
   }
   throw { tag: 'invalid', val: `condition: unknown tag ${condition.tag}` };
+}
+
+// The live entry that expires first; one without an expiry only when none
+// has one (absent-and-fewer-than's conflict).
+function firstToExpire(p) {
+  let first;
+  for (const e of p.entries.values()) {
+    const sooner = e.expiresAt !== undefined && (first?.expiresAt === undefined || e.expiresAt < first.expiresAt);
+    if (first === undefined || sooner) first = e;
+  }
+  return first;
 }
 
 const copy = (e) => (e === undefined ? undefined : { ...e });
@@ -100,6 +113,9 @@ export function put(name, key, value, ttlMs, condition) {
   const [p, now] = open(name);
   const current = p.entries.get(key);
   if (!holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now };
+  if (condition.tag === 'absent-and-fewer-than' && p.entries.size >= condition.val) {
+    return { outcome: { tag: 'conflict', val: copy(firstToExpire(p)) }, now };
+  }
   const revision = record(p, 'put', key, value, now);
   const entry = { key, value, revision, updatedAt: now, expiresAt: ttlMs === undefined ? undefined : now + ttlMs };
   p.entries.set(key, entry);

@@ -60,8 +60,9 @@
 --   changes after, max
 --   check   (none)
 -- A condition is its type ('always', 'absent', 'revision',
--- 'revision-and-value'), then the revision for the last two, then the value
--- for the last.
+-- 'revision-and-value', 'absent-and-fewer-than'), then the revision for
+-- 'revision' and 'revision-and-value', then the value for the latter; the
+-- limit for 'absent-and-fewer-than'.
 --
 -- Revisions are seeded from the clock in microseconds (each is at least
 -- Redis's TIME as microseconds when it is issued), so a revision issued after
@@ -237,10 +238,21 @@ if single then
     end
     local ctype = ARGV[c]
     local holds
+    local full = false -- absent-and-fewer-than failed on the count
     if ctype == 'always' then
       holds = op == 'put' or erev ~= nil
     elseif ctype == 'absent' then
       holds = op == 'put' and erev == nil
+    elseif ctype == 'absent-and-fewer-than' then
+      holds = op == 'put' and erev == nil
+      -- After the sweep every entry left is live: the hash's fields, less
+      -- the meta.
+      if holds then
+        local live = redis.call('HLEN', E)
+        if meta then live = live - 1 end
+        full = live >= tonumber(ARGV[c + 1])
+        holds = not full
+      end
     elseif erev == nil then
       holds = false
     elseif ctype == 'revision' then
@@ -250,7 +262,25 @@ if single then
     end
     local before = eexp or -1
     if not holds then
-      if erev == nil then
+      if full then
+        -- The live entry that expires first (index scores are only lower
+        -- bounds, so each entry's own header decides).
+        local all = redis.call('HGETALL', E)
+        local best, best_x
+        for i = 1, #all, 2 do
+          if string.byte(all[i]) == 61 then
+            local _, _, x = struct.unpack('<ddd', all[i + 1])
+            if best == nil or (x >= 0 and (best_x < 0 or x < best_x)) then best, best_x = i, x end
+          end
+        end
+        if best == nil then
+          reply = {now, 0, 0}
+        else
+          local stored = all[best + 1]
+          local r, u, x = struct.unpack('<ddd', stored)
+          reply = {now, 0, 1, string.sub(all[best], 2), string.sub(stored, 25), r, u, x}
+        end
+      elseif erev == nil then
         reply = {now, 0, 0}
       else
         reply = {now, 0, 1, key, value, erev, eupd, eexp}

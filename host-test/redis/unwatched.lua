@@ -43,7 +43,8 @@
 --            wake-up since after is in the wake stream, adds one (a blocked
 --            XREAD from after then returns at once); answers 1
 -- condition  a write's: 1 always, 2 absent, 3 revision (the guard
---          revision), 4 revision and value (the guard revision and value)
+--          revision), 4 revision and value (the guard revision and value),
+--          5 absent and fewer than (the guard revision: the limit)
 -- clock    -1 for Redis's TIME, else a test clock's now in ms
 -- number   put and touch: the TTL in ms, -1 for none; arm: after
 -- Replies are redis.lua's, so the backend reads both alike.
@@ -51,7 +52,7 @@
 -- Revisions are seeded from the clock in microseconds, as in redis.lua.
 
 local GET, PUT, TOUCH, DELETE, LIST, CHECK, ARM = 1, 2, 3, 4, 5, 6, 7
-local ALWAYS, ABSENT, REVISION = 1, 2, 3
+local ALWAYS, ABSENT, REVISION, FEWER = 1, 2, 3, 5
 
 local K = KEYS[1]
 local op, ctype, now, number, guard, key, new_value, guard_value =
@@ -78,6 +79,13 @@ local changed = false -- the revision moved (a write or an expiry)
 local listing = op == LIST
 local parts
 if listing then parts = {} end
+-- How many entries are live, and where the other live entry that expires
+-- first is stored (for absent-and-fewer-than's conflict).
+local live, first_at, first_x = 0, nil, nil
+-- The start in `blob` of the current run of other entries, copied into
+-- `others` a run at a time: one concatenation per skipped entry, not one
+-- per entry (quadratic in a semaphore's permits).
+local run = nil
 if blob then
   if #blob < 18 or string.byte(blob) ~= 3 then
     -- Not this layout: refuse rather than misread (or overwrite) it.
@@ -94,12 +102,18 @@ if blob then
       rev = rev + 1
       if rev < clock_us then rev = clock_us end
       changed = true
+      if run then others, run = others .. string.sub(blob, run, pos - 1), nil end
     else
+      live = live + 1
       local k = string.sub(blob, at, at + kl - 1)
       if k == key and op <= DELETE then
         value, erev, eupd, eexp = string.sub(blob, at + kl, stop - 1), r, u, x
+        if run then others, run = others .. string.sub(blob, run, pos - 1), nil end
       else
-        others = others .. string.sub(blob, pos, stop - 1)
+        if not run then run = pos end
+        if first_at == nil or (x >= 0 and (first_x < 0 or x < first_x)) then
+          first_at, first_x = pos, x
+        end
         if x < 0 then latest = -1 elseif latest >= 0 and x > latest then latest = x end
         if listing and string.sub(k, 1, #key) == key then
           local stored = struct.pack('<ddd', r, u, x) .. string.sub(blob, at + kl, stop - 1)
@@ -109,6 +123,7 @@ if blob then
     end
     pos = stop
   end
+  if run then others = others .. string.sub(blob, run, size) end
 end
 
 local reply
@@ -125,6 +140,9 @@ elseif op <= DELETE then
     holds = op == PUT or erev ~= nil
   elseif ctype == ABSENT then
     holds = op == PUT and erev == nil
+  elseif ctype == FEWER then
+    -- The guard revision carries the limit.
+    holds = op == PUT and erev == nil and live < guard
   elseif erev == nil then
     holds = false
   elseif ctype == REVISION then
@@ -136,7 +154,12 @@ elseif op <= DELETE then
   -- own, or a guard's).
   local sent = op == PUT or ctype > REVISION
   if not holds then
-    if erev == nil then
+    if erev == nil and ctype == FEWER and op == PUT and first_at then
+      -- Full: the live entry that expires first.
+      local r, u, x, kl, vl, at = struct.unpack('<dddI4I4', blob, first_at)
+      reply = {now, 0, 1, string.sub(blob, at, at + kl - 1),
+        string.sub(blob, at + kl, at + kl + vl - 1), r, u, x}
+    elseif erev == nil then
       reply = {now, 0, 0}
     else
       reply = {now, 0, 1, key, value, erev, eupd, eexp}

@@ -24,6 +24,7 @@ const condition = (c) => {
   if (c === null) return undefined;
   if (c.kind === 'always' || c.kind === 'absent') return { tag: c.kind };
   if (c.kind === 'revision') return { tag: 'revision', val: BigInt(c.revision) };
+  if (c.kind === 'absent-and-fewer-than') return { tag: c.kind, val: c.limit };
   return { tag: 'revision-and-value', val: { revision: BigInt(c.revision), value: bytes(c.value_hex) } };
 };
 const entry = (e) => e && {

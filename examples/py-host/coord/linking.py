@@ -73,6 +73,8 @@ def lower_condition(v: Variant) -> Condition:
         return Condition("revision", v.payload)
     if v.tag == "revision-and-value":
         return Condition("revision-and-value", v.payload.revision, bytes(v.payload.value))
+    if v.tag == "absent-and-fewer-than":
+        return Condition("absent-and-fewer-than", limit=v.payload)
     raise StoreInvalid(f"condition: unknown case {v.tag!r}")
 
 

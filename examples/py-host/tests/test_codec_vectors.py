@@ -25,7 +25,8 @@ def unhex(text: Optional[str]) -> Optional[bytes]:
 def condition(c: Optional[dict]) -> Optional[Condition]:
     if c is None:
         return None
-    return Condition(c["kind"], c.get("revision", 0), unhex(c.get("value_hex")) or b"")
+    return Condition(c["kind"], c.get("revision", 0), unhex(c.get("value_hex")) or b"",
+                     c.get("limit", 0))
 
 
 def entry(e: Optional[dict]) -> Optional[Entry]:

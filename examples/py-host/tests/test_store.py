@@ -44,6 +44,25 @@ def test_conditions_revisions_and_replies(backend, partition):
     assert s.get(partition, "k").entry is None
 
 
+@pytest.mark.parametrize("partition", ["eph:1:a:b", "~sem:1:a:b"])
+def test_absent_and_fewer_than_counts_live_entries_and_names_the_first_to_expire(backend, partition):
+    s = backend.store()
+    fewer = lambda n: Condition("absent-and-fewer-than", limit=n)  # noqa: E731
+    a = s.put(partition, "a", b"a", 3_000, fewer(2))
+    b = s.put(partition, "b", b"b", 1_000, fewer(2))
+    assert a.applied and b.applied and b.entry.revision > a.entry.revision
+    full = s.put(partition, "c", b"c", 1_000, fewer(2))
+    assert not full.applied and full.entry.key == "b", "full: b expires first"
+    mine = s.put(partition, "a", b"x", 1_000, fewer(9))
+    assert not mine.applied and mine.entry.key == "a", "a live key conflicts with itself"
+    assert s.put(partition, "c", b"c", 5_000, fewer(3)).applied, "a larger limit is its own"
+    assert not s.delete(partition, "a", fewer(9)).applied
+    backend.advance(1_000)  # b expires: a place frees up
+    assert s.put(partition, "d", b"d", 1_000, fewer(3)).applied
+    assert [e.key for e in s.list(partition, "").entries] == ["a", "c", "d"]
+    assert s.put(partition, "z", b"", 1_000, fewer(0)).entry.key == "d", "d expires first"
+
+
 def test_the_feed_records_expiry_and_refuses_gaps(backend):
     s = backend.store(history=3)
     p = "eph:1:f:x"

@@ -295,6 +295,7 @@ impl From<wit::Condition> for b::Condition {
                 revision: g.revision,
                 value: g.value,
             }),
+            wit::Condition::AbsentAndFewerThan(limit) => b::Condition::AbsentAndFewerThan(limit),
         }
     }
 }

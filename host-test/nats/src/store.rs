@@ -19,7 +19,7 @@ use super::{NatsBackend, unavailable};
 impl NatsBackend {
     /// Run a write and wrap its outcome with the now it was decided at.
     ///
-    /// A create-if-absent (a lock's acquire) always reads first: deciding
+    /// A create-if-absent (a lock's or a permit's acquire) always reads first: deciding
     /// on what this host last saw, a holder that just released would take
     /// the lock again before the waiters its release woke had read — one
     /// round trip ahead of them every time (the 64-instance contention run
@@ -30,7 +30,10 @@ impl NatsBackend {
         condition: &Condition,
         mut decide: impl FnMut(&mut coord_component::memory::Partition, u64) -> Outcome,
     ) -> Result<WriteReply, StoreError> {
-        let skip_read = !matches!(condition, Condition::Absent);
+        let skip_read = !matches!(
+            condition,
+            Condition::Absent | Condition::AbsentAndFewerThan(_)
+        );
         let (outcome, now) = self
             .transact(partition, skip_read, |p, now| decide(p, now))
             .await?;

@@ -116,6 +116,9 @@ impl<'a> Inputs<'a> {
             Some(Condition::RevisionAndValue(g)) => {
                 cmd.arg("revision-and-value").arg(g.revision).arg(&g.value);
             }
+            Some(Condition::AbsentAndFewerThan(limit)) => {
+                cmd.arg("absent-and-fewer-than").arg(limit);
+            }
         }
     }
 
@@ -131,6 +134,7 @@ impl<'a> Inputs<'a> {
             Some(Condition::Absent) => (2, 0, b""),
             Some(Condition::Revision(rev)) => (3, *rev, b""),
             Some(Condition::RevisionAndValue(g)) => (4, g.revision, &g.value),
+            Some(Condition::AbsentAndFewerThan(limit)) => (5, u64::from(*limit), b""),
         };
         let number = match op {
             Op::Arm => self.after as f64,

@@ -42,6 +42,9 @@ fn condition_json(condition: Option<&Condition>) -> Json {
         Some(Condition::RevisionAndValue(g)) => json!({
             "kind": "revision-and-value", "revision": g.revision, "value_hex": hex(&g.value),
         }),
+        Some(Condition::AbsentAndFewerThan(limit)) => {
+            json!({ "kind": "absent-and-fewer-than", "limit": limit })
+        }
     }
 }
 
@@ -205,6 +208,12 @@ fn calls() -> Vec<Call> {
             ttl_ms: Some(500),
             condition: Some(Condition::Absent),
             ..Call::new(partition, Op::Put, "holder")
+        });
+        calls.push(Call {
+            value: Some(b"0123456789abcdef0123456789abcdef"),
+            ttl_ms: Some(500),
+            condition: Some(Condition::AbsentAndFewerThan(3)),
+            ..Call::new(partition, Op::Put, "permit")
         });
         calls.push(Call {
             ttl_ms: Some(500),

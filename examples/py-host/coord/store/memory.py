@@ -104,6 +104,18 @@ class MemoryStore:
         expiries = [e.expires_at for e in p.entries.values() if e.expires_at is not None]
         return min(expiries) if expiries else None
 
+    @staticmethod
+    def _first_to_expire(p: _Partition) -> Optional[Entry]:
+        """The live entry that expires first; one without an expiry only when
+        none has one (``absent-and-fewer-than``'s conflict)."""
+        first: Optional[Entry] = None
+        for e in p.entries.values():
+            sooner = e.expires_at is not None and (
+                first is None or first.expires_at is None or e.expires_at < first.expires_at)
+            if first is None or sooner:
+                first = e
+        return first
+
     # -- the store contract --------------------------------------------------
 
     def now(self) -> int:
@@ -143,6 +155,9 @@ class MemoryStore:
         current = p.entries.get(key)
         if not condition.holds(current):
             return WriteReply(False, replace(current) if current else None, now)
+        if condition.kind == "absent-and-fewer-than" and len(p.entries) >= condition.limit:
+            first = self._first_to_expire(p)
+            return WriteReply(False, replace(first) if first else None, now)
         revision = self._record(p, "put", key, value, now)
         entry = Entry(key, value, revision, now, None if ttl_ms is None else now + ttl_ms)
         p.entries[key] = entry

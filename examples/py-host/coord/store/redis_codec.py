@@ -32,7 +32,8 @@ from .types import (
 #: unwatched.lua's operation codes.
 OP_CODES = {"get": 1, "put": 2, "touch": 3, "delete": 4, "list": 5, "check": 6, "arm": 7}
 #: unwatched.lua's condition codes (0: the operation takes none).
-CONDITION_CODES = {"always": 1, "absent": 2, "revision": 3, "revision-and-value": 4}
+CONDITION_CODES = {"always": 1, "absent": 2, "revision": 3, "revision-and-value": 4,
+                   "absent-and-fewer-than": 5}
 #: meter.lua's codes.
 ALGORITHM_CODES = {"sliding-window": 1, "fixed-window": 2, "gcra": 3}
 MODE_CODES = {"consume": 1, "peek": 2, "reset": 3}
@@ -57,6 +58,8 @@ def condition_args(condition: Optional[Condition]) -> List[Any]:
         return [condition.kind]
     if condition.kind == "revision":
         return ["revision", condition.revision]
+    if condition.kind == "absent-and-fewer-than":
+        return ["absent-and-fewer-than", condition.limit]
     return ["revision-and-value", condition.revision, condition.value]
 
 
@@ -87,6 +90,8 @@ def packed_unwatched(op: str, key: str = "", value: Optional[bytes] = None,
     else:
         code = CONDITION_CODES[condition.kind]
         guard = condition.revision if condition.kind.startswith("revision") else 0
+        if condition.kind == "absent-and-fewer-than":
+            guard = condition.limit  # the guard number carries the limit
         guard_value = condition.value if condition.kind == "revision-and-value" else b""
     number = float(after) if op == "arm" else (-1.0 if ttl_ms is None else float(ttl_ms))
     out = [struct.pack("<BBddd", OP_CODES[op], code, clock, number, float(guard))]

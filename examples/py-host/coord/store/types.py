@@ -63,19 +63,23 @@ class Entry:
 class Condition:
     """What must hold for a conditional write (WIT ``condition``).
 
-    ``kind`` is ``always``, ``absent``, ``revision`` or
-    ``revision-and-value``; the last two use ``revision``, the last ``value``.
+    ``kind`` is ``always``, ``absent``, ``revision``,
+    ``revision-and-value`` or ``absent-and-fewer-than``; ``revision`` and
+    ``revision-and-value`` use ``revision``, the latter ``value`` too, and
+    ``absent-and-fewer-than`` uses ``limit``.
     """
 
     kind: str
     revision: int = 0
     value: bytes = b""
+    limit: int = 0
 
     def holds(self, entry: Optional[Entry]) -> bool:
-        """Whether the condition holds for ``entry`` (``None``: no live entry)."""
+        """Whether the condition holds for ``entry`` (``None``: no live
+        entry). ``absent-and-fewer-than``'s count is the put's to check."""
         if self.kind == "always":
             return True
-        if self.kind == "absent":
+        if self.kind in ("absent", "absent-and-fewer-than"):
             return entry is None
         if entry is None or entry.revision != self.revision:
             return False

@@ -24,6 +24,7 @@ async fn put(h: &Harness, p: &str, k: &str, v: &str, ttl: Option<u64>, c: Condit
     h.backend.put(p, k, v.as_bytes(), ttl, &c).await.unwrap()
 }
 
+pub mod counted;
 pub mod meters;
 pub mod reads;
 pub mod unwatched;
@@ -61,6 +62,9 @@ macro_rules! conformance_suite {
             unwatched::unwatched_keys_and_values_of_any_bytes_and_sizes_round_trip_and_never_meet,
             unwatched::a_wait_on_an_unwatched_partition_is_woken_by_writes_and_by_expiry,
             unwatched::a_wait_then_put_on_an_unwatched_partition_puts_once_the_holder_goes,
+            counted::absent_and_fewer_than_admits_up_to_the_limit_and_reports_the_first_to_expire,
+            counted::absent_and_fewer_than_with_no_place_or_no_expiry_names_what_it_can,
+            counted::a_wait_then_put_for_a_place_lands_once_a_place_is_freed,
             meters::meter_answers_as_the_reference_algorithms_on_a_generated_trace,
             meters::meter_state_is_not_an_entry_and_makes_no_changes,
         );
