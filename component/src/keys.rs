@@ -35,6 +35,12 @@ pub fn ratelimit_partition(id: &str, key: &str) -> String {
     partition("rl", id, key)
 }
 
+/// The partition holding the permits of semaphore (`id`, `resource`);
+/// unwatched. Each permit is an entry keyed by its owner token.
+pub fn semaphore_partition(id: &str, resource: &str) -> String {
+    partition("~sem", id, resource)
+}
+
 /// The partition holding lease `name`; unwatched.
 pub fn lease_partition(name: &str) -> String {
     partition("~lease", name, "")

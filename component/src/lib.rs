@@ -14,6 +14,7 @@
 //! - [`store`]: the store trait the logic runs over, mirroring `coord:sync/store`.
 //! - [`lock`]: the distributed lock (`coord:sync/lock`).
 //! - [`lease`]: the single-writer lease (`coord:sync/lease`).
+//! - [`semaphore`]: the fenced counting semaphore (`coord:sync/semaphore`).
 //! - [`ephemeral`]: per-tenant entries with TTL, snapshot and watch (`coord:sync/ephemeral`).
 //! - [`ratelimit`]: sliding-window, fixed-window and token-bucket limits (`coord:sync/ratelimit`).
 //! - [`meter`]: the rate-limit algorithms, as the store runs them.
@@ -29,6 +30,7 @@ pub mod lock;
 pub mod memory;
 pub mod meter;
 pub mod ratelimit;
+pub mod semaphore;
 pub mod store;
 pub mod validate;
 

@@ -388,7 +388,7 @@ fn check_owner_token(entry: &Entry) -> Result<(), Error> {
 }
 
 /// 32 lowercase hex digits.
-fn is_owner_token(bytes: &[u8]) -> bool {
+pub(crate) fn is_owner_token(bytes: &[u8]) -> bool {
     bytes.len() == 32 && bytes.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
@@ -399,7 +399,7 @@ fn holder(entry: &Entry, now: u64) -> Result<Holder, Error> {
     })
 }
 
-fn check_names(
+pub(crate) fn check_names(
     id: &str,
     resource: &str,
     id_field: &str,
@@ -409,7 +409,7 @@ fn check_names(
     validate::name(resource_field, resource, MAX_NAME_BYTES)
 }
 
-fn check_wait(policy: &WaitPolicy) -> Result<(), Invalid> {
+pub(crate) fn check_wait(policy: &WaitPolicy) -> Result<(), Invalid> {
     match policy {
         WaitPolicy::NoWait => Ok(()),
         WaitPolicy::Attempts(retry) => {
@@ -450,7 +450,7 @@ fn check_held(lock: &HeldLock) -> Result<(), Invalid> {
 
 /// Lowercase hex, two digits per byte. By table rather than `format!`: the
 /// formatting machinery was a fifth of the guest's time in an acquire (`perf`).
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -19,11 +19,13 @@ use crate::bindings::exports::coord::sync::lock::{
 use crate::bindings::exports::coord::sync::ratelimit::{
     self, Decision, Guest as RatelimitGuest, Limiter,
 };
+use crate::bindings::exports::coord::sync::semaphore::{self, Guest as SemaphoreGuest, Permit};
 use crate::bindings::wasi::random::random;
 use crate::ephemeral::{Ephemeral, Watch};
 use crate::lease::Leases;
 use crate::lock::Locks;
 use crate::ratelimit::RateLimits;
+use crate::semaphore::Semaphores;
 use crate::store::*;
 
 /// The store the host provides, reached through the component's imports.
@@ -136,6 +138,39 @@ impl LockGuest for Component {
     }
     fn force_release(id: String, resource: String) -> Result<bool, Error> {
         locks().force_release(&id, &resource)
+    }
+}
+
+fn semaphores() -> Semaphores<HostStore, HostRandom> {
+    Semaphores::new(HostStore, HostRandom)
+}
+
+impl SemaphoreGuest for Component {
+    fn acquire(
+        id: String,
+        resource: String,
+        limit: u32,
+        options: semaphore::AcquireOptions,
+    ) -> Result<semaphore::AcquireOutcome, semaphore::Error> {
+        semaphores().acquire(&id, &resource, limit, options)
+    }
+    fn release(permit: Permit) -> Result<bool, semaphore::Error> {
+        semaphores().release(&permit)
+    }
+    fn extend(
+        permit: Permit,
+        ttl_ms: Option<u64>,
+    ) -> Result<semaphore::ExtendOutcome, semaphore::Error> {
+        semaphores().extend(&permit, ttl_ms)
+    }
+    fn is_held(permit: Permit) -> Result<bool, semaphore::Error> {
+        semaphores().is_held(&permit)
+    }
+    fn inspect(id: String, resource: String) -> Result<semaphore::Usage, semaphore::Error> {
+        semaphores().inspect(&id, &resource)
+    }
+    fn force_release(id: String, resource: String, fence: u64) -> Result<bool, semaphore::Error> {
+        semaphores().force_release(&id, &resource, fence)
     }
 }
 

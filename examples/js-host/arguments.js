@@ -130,6 +130,20 @@ export function heldLock(value, field = 'lock') {
   };
 }
 
+/** A semaphore.wit `permit`, as `heldLock` does it, fields named `permit.<field>`. */
+export function permit(value, field = 'permit') {
+  const held = record(field, value);
+  return {
+    id: string(`${field}.id`, held.id),
+    resource: string(`${field}.resource`, held.resource),
+    owner: string(`${field}.owner`, held.owner),
+    fence: u64(`${field}.fence`, held.fence),
+    limit: u32(`${field}.limit`, held.limit),
+    ttlMs: u64(`${field}.ttl-ms`, held.ttlMs),
+    expiresAt: u64(`${field}.expires-at`, held.expiresAt),
+  };
+}
+
 /** A lease.wit `held-lease`, as `heldLock` does it, fields named `lease.<field>`. */
 export function heldLease(value, field = 'lease') {
   const held = record(field, value);

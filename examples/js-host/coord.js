@@ -13,7 +13,7 @@
 // The component is synchronous: a call that waits (an acquire with a wait
 // policy, a watch's next) blocks this thread for as long as it waits.
 
-import { lock as locks, ephemeral, ratelimit, lease as leases } from './dist/coord.js';
+import { lock as locks, ephemeral, ratelimit, lease as leases, semaphore as semaphores } from './dist/coord.js';
 import { Unavailable, translated } from './errors.js';
 import * as arg from './arguments.js';
 
@@ -303,6 +303,82 @@ export function ephemeralSpace(options) {
   }
 
   return { id, upsert, touch, delete: remove, snapshot, watch };
+}
+
+/**
+ * A fenced counting semaphore named `id` (wit/semaphore.wit): at most
+ * `limit` permits per resource held at once by every host on the store.
+ * `ttlMs` (default 30000) is how long a permit lasts unless extended;
+ * `retry` or `timeoutMs` how long to wait for a place (default: 11
+ * attempts, 200 ms apart). Permits are plain data with a bigint `fence`.
+ */
+export function semaphore(options) {
+  const { id, limit, ttlMs, retry, timeoutMs } = arg.options('options', options);
+  arg.string('id', id);
+  const places = arg.u32('limit', limit);
+  const defaults = { ttlMs: arg.u64('options.ttl-ms', ttlMs ?? 30000), wait: waitPolicy({ retry, timeoutMs }) };
+
+  /** A permit of `resource`, or null when every place stayed taken. Options override `ttlMs`, `retry`, `timeoutMs`. */
+  function acquire(resource, options) {
+    arg.string('resource', resource);
+    const opts = arg.options('options', options);
+    const ttlMs = given(opts.ttlMs) ? arg.u64('options.ttl-ms', opts.ttlMs) : defaults.ttlMs;
+    const wait = given(opts.retry) || given(opts.timeoutMs) ? waitPolicy(opts) : defaults.wait;
+    const outcome = translated(() => semaphores.acquire(id, resource, places, { ttlMs, wait }));
+    return outcome.tag === 'acquired' ? outcome.val : null;
+  }
+
+  /** Release a permit: true when this call freed it, false when it was no longer held. */
+  function release(held) {
+    const record = arg.permit(held);
+    return translated(() => semaphores.release(record));
+  }
+
+  /** Push a permit's expiry to `ttlMs` (default: its own TTL) from now: the updated permit, or null when it was lost. */
+  function extend(held, options) {
+    const record = arg.permit(held);
+    const ttlMs = arg.optional(arg.u64, 'ttl-ms', arg.options('options', options).ttlMs);
+    const outcome = translated(() => semaphores.extend(record, ttlMs));
+    return outcome.tag === 'extended' ? outcome.val : null;
+  }
+
+  /** Whether `held` is still held (the commit-point check before a fenced write). */
+  function isHeld(held) {
+    const record = arg.permit(held);
+    return translated(() => semaphores.isHeld(record));
+  }
+
+  /** The live permits of `resource`: {permits: [{fence, remainingMs, limit}], now}. */
+  function inspect(resource) {
+    arg.string('resource', resource);
+    return translated(() => semaphores.inspect(id, resource));
+  }
+
+  /** Free the permit of `resource` with this fence (an operator's action); true when it was removed. */
+  function forceRelease(resource, fence) {
+    arg.string('resource', resource);
+    const f = arg.u64('fence', fence);
+    return translated(() => semaphores.forceRelease(id, resource, f));
+  }
+
+  /**
+   * Run `fn(permit)` holding a permit of `resource`, and release it after,
+   * whether `fn` returned or threw; returns what `fn` returns, or null
+   * when no place was free (`fn` did not run). The permit is not extended
+   * while `fn` runs: give a `ttlMs` longer than the work, or extend it.
+   */
+  async function withPermit(resource, fn, options) {
+    arg.callable('fn', fn);
+    const held = acquire(resource, options);
+    if (held === null) return null;
+    try {
+      return await fn(held);
+    } finally {
+      release(held);
+    }
+  }
+
+  return { id, limit: places, acquire, release, extend, isHeld, inspect, forceRelease, withPermit };
 }
 
 // wit/ratelimit.wit's `algorithm` cases.

@@ -11,7 +11,7 @@ import { REDIS_URL, dropKeys, uniquePrefix } from './redis-env.js';
 const prefix = uniquePrefix('coord');
 const store = redisStore(REDIS_URL, { prefix });
 useStore(store);
-const { mutex, ephemeralSpace, rateLimiter, lease, InvalidArgument, NotHolder, Unavailable } = await import('../coord.js');
+const { mutex, semaphore, ephemeralSpace, rateLimiter, lease, InvalidArgument, NotHolder, Unavailable } = await import('../coord.js');
 
 after(async () => {
   await dropKeys(prefix);
@@ -39,6 +39,45 @@ test('an unreachable store is Unavailable from withLock, not null', async () => 
 
 // The same tests on whichever store `useStore` picked before them.
 function wrapperTests() {
+  test('a semaphore grants at most its limit, fences rise, busy is null, and a release frees one place', async () => {
+    const api = semaphore({ id: 'partner.api', limit: 2, ttlMs: 60000, retry: { maxAttempts: 1 } });
+    const resource = `tenant:${Math.random()}`;
+    const a = api.acquire(resource);
+    const b = api.acquire(resource, { ttlMs: 1000 });
+    assert.ok(b.fence > a.fence && a.limit === 2);
+    assert.equal(api.acquire(resource), null, 'a third permit under a limit of 2');
+    const usage = api.inspect(resource);
+    assert.deepEqual(usage.permits.map((p) => p.fence), [a.fence, b.fence]);
+    assert.ok(!JSON.stringify(usage, (_, v) => (typeof v === 'bigint' ? String(v) : v)).includes(a.owner));
+    assert.equal(await api.withPermit(resource, async () => 'ran'), null, 'fn does not run without a place');
+    assert.equal(api.release(a), true);
+    assert.equal(api.release(a), false);
+    const result = await api.withPermit(resource, async (permit) => {
+      assert.ok(permit.fence > b.fence);
+      assert.equal(api.isHeld(permit), true);
+      return 'ran';
+    });
+    assert.equal(result, 'ran');
+    assert.equal(api.inspect(resource).permits.length, 1, 'withPermit released its permit');
+    const extended = api.extend(b, { ttlMs: 5000 });
+    assert.equal(extended.fence, b.fence);
+    assert.equal(api.forceRelease(resource, b.fence), true);
+    assert.equal(api.extend(extended), null, 'force-released: lost');
+  });
+
+  test('a semaphore refuses a limit of 0, above 1000, or not a u32, naming the field', () => {
+    for (const limit of [0, 1001]) {
+      const api = semaphore({ id: 'partner.api', limit });
+      assert.throws(() => api.acquire('t'), (e) => e instanceof InvalidArgument && e.field === 'limit');
+    }
+    for (const limit of [-1, 2 ** 32, 1.5, '3']) {
+      assert.throws(() => semaphore({ id: 'partner.api', limit }), (e) => e instanceof InvalidArgument && e.field === 'limit');
+    }
+    const api = semaphore({ id: 'partner.api', limit: 1 });
+    assert.throws(() => api.release({ id: 'partner.api', resource: 't', owner: 'x'.repeat(32), fence: 1n, limit: -2, ttlMs: 1n, expiresAt: 1n }),
+      (e) => e instanceof InvalidArgument && e.field === 'permit.limit');
+  });
+
   test('withLock returns null when the lock is busy, without running fn', async () => {
     const stock = mutex({ id: 'inventory.stock', ttlMs: 10000, retry: { maxAttempts: 1 } });
     const held = stock.acquire('item:1');

@@ -1,6 +1,6 @@
-"""coord for Python: distributed locks, leases, ephemeral state and rate
-limits, run by the unchanged coord.wasm component on a store in memory or
-on Redis.
+"""coord for Python: distributed locks, leases, ephemeral state, rate
+limits and semaphores, run by the unchanged coord.wasm component on a store
+in memory or on Redis.
 
     import coord
 
@@ -18,11 +18,13 @@ from .errors import (
 from .lease import HeldLease, LeaseHolder
 from .locks import HeldLock, Holder, LockContext
 from .ratelimit import Decision, Limiter
+from .semaphore import Permit, PermitContext, PermitHolder, Usage
 from .store import MemoryStore, RedisStore
 
 __all__ = [
     "Busy", "Component", "Coord", "CoordError", "Decision", "Entry", "Event", "HeldLease",
     "HeldLock", "Holder", "InGrace", "Internal", "InvalidArgument", "LeaseHolder", "Limiter",
-    "LockContext", "Lost", "MemoryStore", "NotHolder", "RedisStore", "Snapshot", "Space",
-    "Unavailable", "Watch", "Written", "compile_component", "find_wasm",
+    "LockContext", "Lost", "MemoryStore", "NotHolder", "Permit", "PermitContext",
+    "PermitHolder", "RedisStore", "Snapshot", "Space", "Unavailable", "Usage", "Watch",
+    "Written", "compile_component", "find_wasm",
 ]

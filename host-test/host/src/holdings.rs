@@ -33,12 +33,17 @@ use crate::backend::Backend;
 const LOCK_KIND: &str = "~lock";
 /// The kind of partition a lease lives in (`keys::lease_partition`).
 const LEASE_KIND: &str = "~lease";
+/// The kind of partition a semaphore's permits live in
+/// (`keys::semaphore_partition`): each permit is an entry keyed by its
+/// owner token, so it is held, given back and taken back as a lock is.
+const SEMAPHORE_KIND: &str = "~sem";
 
-/// Whether `partition` holds a lock or a lease: the entries a holder owns.
+/// Whether `partition` holds a lock, a lease or permits: the entries a holder owns.
 fn kind(partition: &str) -> Option<&'static str> {
     match keys::decode_partition(partition)?.0 {
         LOCK_KIND => Some(LOCK_KIND),
         LEASE_KIND => Some(LEASE_KIND),
+        SEMAPHORE_KIND => Some(SEMAPHORE_KIND),
         _ => None,
     }
 }
@@ -75,9 +80,9 @@ pub struct Holdings {
 pub struct Sending(Option<u64>);
 
 impl Holdings {
-    /// Before a put is sent: note it if it could take a lock.
+    /// Before a put is sent: note it if it could take a lock or a permit.
     pub fn sending(&mut self, partition: &str, key: &str, value: &[u8]) -> Sending {
-        if kind(partition) != Some(LOCK_KIND) {
+        if !matches!(kind(partition), Some(LOCK_KIND | SEMAPHORE_KIND)) {
             return Sending(None);
         }
         self.next_id += 1;
@@ -127,7 +132,7 @@ impl Holdings {
         self.held
             .retain(|h| !(h.partition == partition && h.key == key));
         // A put that wrote a lease's resigned entry gave the lease up.
-        let holding = kind == LOCK_KIND || give_up(&entry.value, 0).is_some();
+        let holding = kind != LEASE_KIND || give_up(&entry.value, 0).is_some();
         if put && holding {
             self.held.push(Held {
                 partition: partition.to_string(),
@@ -320,7 +325,12 @@ pub fn take_back_in_background(
     condition: &Condition,
     ttl_ms: Option<u64>,
 ) {
-    if kind(partition) != Some(LOCK_KIND) || !matches!(condition, Condition::Absent) {
+    let acquires = match kind(partition) {
+        Some(LOCK_KIND) => matches!(condition, Condition::Absent),
+        Some(SEMAPHORE_KIND) => matches!(condition, Condition::AbsentAndFewerThan(_)),
+        _ => false,
+    };
+    if !acquires {
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -1,10 +1,11 @@
 //! One component instance, and its exports grouped by interface:
 //! `instance.lock().acquire(…)`, `instance.lease().renew(…)`,
-//! `instance.ephemeral().upsert(…)`, `instance.ratelimit().check(…)`.
+//! `instance.ephemeral().upsert(…)`, `instance.ratelimit().check(…)`,
+//! `instance.semaphore().acquire(…)`.
 
 use wasmtime::Store;
 
-use crate::{HostState, bindings, ephemeral, lease, lock, ratelimit};
+use crate::{HostState, bindings, ephemeral, lease, lock, ratelimit, semaphore};
 
 /// One coord component instance. The outer `Result` of each call is a trap
 /// (a bug in the component or host, never caller input); the inner one is
@@ -25,6 +26,9 @@ pub type EphemeralResult<T> = wasmtime::Result<Result<T, ephemeral::Error>>;
 
 /// What a rate-limit call returns: a trap, or the interface's own result.
 pub type RatelimitResult<T> = wasmtime::Result<Result<T, ratelimit::Error>>;
+
+/// What a semaphore call returns: a trap, or the interface's own result.
+pub type SemaphoreResult<T> = wasmtime::Result<Result<T, semaphore::Error>>;
 
 impl Instance {
     /// How many store calls this instance has made so far.
@@ -50,6 +54,79 @@ impl Instance {
     /// The rate limiter's calls (`coord:sync/ratelimit`).
     pub fn ratelimit(&mut self) -> RatelimitCalls<'_> {
         RatelimitCalls { instance: self }
+    }
+
+    /// The semaphore's calls (`coord:sync/semaphore`).
+    pub fn semaphore(&mut self) -> SemaphoreCalls<'_> {
+        SemaphoreCalls { instance: self }
+    }
+}
+
+/// The semaphore interface of one [`Instance`]. Made by
+/// [`Instance::semaphore`], and taken by each call.
+pub struct SemaphoreCalls<'a> {
+    instance: &'a mut Instance,
+}
+
+impl SemaphoreCalls<'_> {
+    /// `coord:sync/semaphore.acquire`.
+    pub async fn acquire(
+        self,
+        id: &str,
+        resource: &str,
+        limit: u32,
+        options: semaphore::AcquireOptions,
+    ) -> SemaphoreResult<semaphore::AcquireOutcome> {
+        let calls = self.instance.coordinator.coord_sync_semaphore();
+        calls
+            .call_acquire(&mut self.instance.store, id, resource, limit, options)
+            .await
+    }
+
+    /// `coord:sync/semaphore.release`.
+    pub async fn release(self, permit: &semaphore::Permit) -> SemaphoreResult<bool> {
+        let calls = self.instance.coordinator.coord_sync_semaphore();
+        calls.call_release(&mut self.instance.store, permit).await
+    }
+
+    /// `coord:sync/semaphore.extend`.
+    pub async fn extend(
+        self,
+        permit: &semaphore::Permit,
+        ttl_ms: Option<u64>,
+    ) -> SemaphoreResult<semaphore::ExtendOutcome> {
+        let calls = self.instance.coordinator.coord_sync_semaphore();
+        calls
+            .call_extend(&mut self.instance.store, permit, ttl_ms)
+            .await
+    }
+
+    /// `coord:sync/semaphore.is-held`: whether this permit is still held
+    /// (the commit-point check before a fenced write).
+    pub async fn is_held(self, permit: &semaphore::Permit) -> SemaphoreResult<bool> {
+        let calls = self.instance.coordinator.coord_sync_semaphore();
+        calls.call_is_held(&mut self.instance.store, permit).await
+    }
+
+    /// `coord:sync/semaphore.inspect`.
+    pub async fn inspect(self, id: &str, resource: &str) -> SemaphoreResult<semaphore::Usage> {
+        let calls = self.instance.coordinator.coord_sync_semaphore();
+        calls
+            .call_inspect(&mut self.instance.store, id, resource)
+            .await
+    }
+
+    /// `coord:sync/semaphore.force-release`.
+    pub async fn force_release(
+        self,
+        id: &str,
+        resource: &str,
+        fence: u64,
+    ) -> SemaphoreResult<bool> {
+        let calls = self.instance.coordinator.coord_sync_semaphore();
+        calls
+            .call_force_release(&mut self.instance.store, id, resource, fence)
+            .await
     }
 }
 

@@ -57,7 +57,7 @@ use backend::Backend;
 pub use host::HostState;
 pub use instance::{
     EphemeralCalls, EphemeralResult, Instance, LeaseCalls, LeaseResult, LockCalls, LockResult,
-    RatelimitCalls, RatelimitResult,
+    RatelimitCalls, RatelimitResult, SemaphoreCalls, SemaphoreResult,
 };
 
 /// The lock interface's types, as the host sees them (`coord:sync/lock`).
@@ -139,6 +139,60 @@ pub mod ratelimit {
     pub use crate::bindings::exports::coord::sync::ratelimit::{
         Algorithm, Decision, Error, InvalidArgument, Limiter,
     };
+}
+
+/// The semaphore's types, as the host sees them (`coord:sync/semaphore`).
+pub mod semaphore {
+    pub use crate::bindings::exports::coord::sync::semaphore::{
+        AcquireOptions, AcquireOutcome, Error, ExtendOutcome, Holder, InvalidArgument, Permit,
+        Retry, Usage, WaitPolicy,
+    };
+
+    /// The WIT's defaults: a 30 s TTL, and up to 2 s of waiting.
+    impl Default for AcquireOptions {
+        fn default() -> Self {
+            AcquireOptions {
+                ttl_ms: None,
+                wait: None,
+            }
+        }
+    }
+
+    impl AcquireOptions {
+        /// The WIT's defaults ([`Default`]), to change with the methods below.
+        pub fn new() -> Self {
+            AcquireOptions::default()
+        }
+
+        /// Hold the permit for `ttl_ms` milliseconds unless extended (1 to
+        /// 86 400 000; the WIT's default is 30 000).
+        #[must_use]
+        pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
+            self.ttl_ms = Some(ttl_ms);
+            self
+        }
+
+        /// When every place is taken, answer `busy` at once.
+        #[must_use]
+        pub fn no_wait(self) -> Self {
+            self.wait(WaitPolicy::NoWait)
+        }
+
+        /// When every place is taken, keep trying (woken by each release or
+        /// expiry) until `ms` milliseconds of store time have passed (0 to
+        /// 600 000).
+        #[must_use]
+        pub fn wait_up_to(self, ms: u64) -> Self {
+            self.wait(WaitPolicy::Timeout(ms))
+        }
+
+        /// When every place is taken, follow `policy`.
+        #[must_use]
+        pub fn wait(mut self, policy: WaitPolicy) -> Self {
+            self.wait = Some(policy);
+            self
+        }
+    }
 }
 
 /// The coord component (`coord.wasm`), built from `component/`.

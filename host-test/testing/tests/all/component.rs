@@ -38,7 +38,8 @@ fn the_component_imports_only_the_store_and_randomness_and_exports_the_primitive
             "coord:sync/ephemeral@0.1.0",
             "coord:sync/lease@0.1.0",
             "coord:sync/lock@0.1.0",
-            "coord:sync/ratelimit@0.1.0"
+            "coord:sync/ratelimit@0.1.0",
+            "coord:sync/semaphore@0.1.0"
         ]
     );
 }

@@ -28,6 +28,7 @@ mod lease_manager;
 mod limits;
 mod lock;
 mod ratelimit;
+mod semaphore;
 mod with_lock;
 
 // The store contract, and what each backend must show beyond it.

@@ -1,0 +1,376 @@
+//! The fenced counting semaphore: `coord:sync/semaphore`.
+//!
+//! A semaphore (`id`, `resource`) is a partition of its own
+//! ([`keys::semaphore_partition`]); each permit is one entry of it, keyed by
+//! the permit's owner token, holding the limit it was acquired under (in
+//! decimal), with the permit's TTL. Its store revision is its fence. So:
+//!
+//! - acquire is a put under `absent-and-fewer-than(limit)`: the store writes
+//!   the permit only while fewer than `limit` entries are live, in one
+//!   request, and a full semaphore's conflict names the permit that expires
+//!   first (the `busy` answer);
+//! - release is a delete guarded by (fence, limit) of the owner's key, and
+//!   extend a touch guarded the same way: one request each;
+//! - a waiter lists the partition (its revision, and the first expiry) and
+//!   blocks in the store's `wait-then-put` on that revision, so a release or
+//!   an expiry ends the wait and its conditional put runs right then in the
+//!   store, where only as many succeed as places were freed.
+//!
+//! Fences are strictly increasing because store revisions are: every later
+//! permit is a later write to the same partition.
+
+use crate::bindings::exports::coord::sync::lock;
+use crate::bindings::exports::coord::sync::semaphore::{
+    AcquireOptions, AcquireOutcome, Error, ExtendOutcome, Holder, InvalidArgument, Permit, Usage,
+    WaitPolicy,
+};
+use crate::keys;
+use crate::lock::{
+    DEFAULT_RETRY, DEFAULT_TTL_MS, Patience, check_names, check_wait, hex, is_owner_token,
+};
+use crate::store::{
+    Condition, Entropy, Entry, Guard, Outcome, ReadReply, Store, StoreError, WriteReply,
+};
+use crate::validate::{self, Invalid};
+
+/// The largest `limit` an acquire may pass: every permit is an entry of
+/// one partition, which the Redis and NATS stores read whole on each write.
+pub const MAX_LIMIT: u32 = 1000;
+
+/// The semaphore operations over a store and a source of randomness.
+pub struct Semaphores<S, E> {
+    store: S,
+    entropy: E,
+}
+
+crate::validate::interface_errors!(Error, InvalidArgument);
+
+impl<S: Store, E: Entropy> Semaphores<S, E> {
+    /// Semaphore operations on `store`, minting owner tokens from `entropy`.
+    pub fn new(store: S, entropy: E) -> Self {
+        Semaphores { store, entropy }
+    }
+
+    /// `acquire` of `coord:sync/semaphore`.
+    pub fn acquire(
+        &self,
+        id: &str,
+        resource: &str,
+        limit: u32,
+        options: AcquireOptions,
+    ) -> Result<AcquireOutcome, Error> {
+        check_names(id, resource, "id", "resource")?;
+        check_limit("limit", limit)?;
+        let ttl_ms = options.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
+        validate::ttl("options.ttl-ms", ttl_ms)?;
+        let policy = lock_policy(options.wait);
+        check_wait(&policy)?;
+
+        let partition = keys::semaphore_partition(id, resource);
+        let owner = hex(&self.entropy.random_16());
+        let value = limit_value(limit);
+        let place = Condition::AbsentAndFewerThan(limit);
+        let mut patience = Patience::new(policy);
+        let first = self
+            .store
+            .put(&partition, &owner, &value, Some(ttl_ms), &place);
+        let mut reply = self.or_take_back(first, &partition, &owner, &value)?;
+        loop {
+            let current = match reply.outcome {
+                Outcome::Applied(entry) => entry,
+                // This call's own key: an earlier attempt of this call
+                // applied and its reply was lost (a request the host retried).
+                Outcome::Conflict(Some(current)) if current.key == owner => current,
+                Outcome::Conflict(Some(first_to_expire)) => {
+                    let first = holder(&first_to_expire, reply.now)?;
+                    let Some(wait_ms) = patience.next_wait(reply.now) else {
+                        return Ok(AcquireOutcome::Busy(first));
+                    };
+                    let next =
+                        self.wait_for_place(&partition, &owner, &value, ttl_ms, limit, wait_ms)?;
+                    reply = self.or_take_back(next, &partition, &owner, &value)?;
+                    continue;
+                }
+                Outcome::Conflict(None) => {
+                    return Err(Error::Internal(
+                        "a full semaphore's conflict named no permit".into(),
+                    ));
+                }
+            };
+            let expires_at = match granted(&current, &owner, &value, reply.now) {
+                Ok(expires_at) => expires_at,
+                Err(broken) => {
+                    self.take_back(&partition, &owner, &value);
+                    return Err(broken);
+                }
+            };
+            return Ok(AcquireOutcome::Acquired(Permit {
+                id: id.to_string(),
+                resource: resource.to_string(),
+                owner,
+                fence: current.revision,
+                limit,
+                ttl_ms,
+                expires_at,
+            }));
+        }
+    }
+
+    /// After a full attempt: read the partition's revision and its first
+    /// expiry, then send the next attempt with a wait on that revision (or
+    /// at once, when a place freed up since the attempt), woken by a
+    /// release, or at the first expiry, or after `wait_ms`.
+    fn wait_for_place(
+        &self,
+        partition: &str,
+        owner: &str,
+        value: &[u8],
+        ttl_ms: u64,
+        limit: u32,
+        wait_ms: u64,
+    ) -> Result<Result<WriteReply, StoreError>, Error> {
+        let listing = self.store.list(partition, "")?;
+        let place = Condition::AbsentAndFewerThan(limit);
+        if listing.entries.len() < limit as usize {
+            return Ok(self
+                .store
+                .put(partition, owner, value, Some(ttl_ms), &place));
+        }
+        let first_expiry = listing
+            .entries
+            .iter()
+            .filter_map(|e| e.expires_at)
+            .min()
+            .map_or(wait_ms, |end| end.saturating_sub(listing.now));
+        Ok(self.store.wait_then_put(
+            partition,
+            owner,
+            value,
+            Some(ttl_ms),
+            &place,
+            listing.revision,
+            wait_ms.min(first_expiry),
+        ))
+    }
+
+    /// Pass an attempt's reply on; when the store failed, first take back
+    /// what the attempt may have written (as the lock's acquire does: the
+    /// key is this call's own token, so nothing else is ever freed).
+    fn or_take_back(
+        &self,
+        reply: Result<WriteReply, StoreError>,
+        partition: &str,
+        owner: &str,
+        value: &[u8],
+    ) -> Result<WriteReply, Error> {
+        let error = match reply {
+            Ok(reply) => return Ok(reply),
+            Err(error @ StoreError::Unavailable(_)) => error,
+            Err(other) => return Err(other.into()),
+        };
+        self.take_back(partition, owner, value);
+        Err(error.into())
+    }
+
+    /// Free this call's permit if its attempt wrote one: one read of the
+    /// owner's key and a delete guarded by what it found. Best effort.
+    fn take_back(&self, partition: &str, owner: &str, value: &[u8]) {
+        if let Ok(ReadReply {
+            entry: Some(entry), ..
+        }) = self.store.get(partition, owner)
+            && entry.value == value
+        {
+            let _ = self.store.delete(
+                partition,
+                owner,
+                &Condition::RevisionAndValue(Guard {
+                    revision: entry.revision,
+                    value: entry.value,
+                }),
+            );
+        }
+    }
+
+    /// `release` of `coord:sync/semaphore`: `true` when this call freed the permit.
+    pub fn release(&self, permit: &Permit) -> Result<bool, Error> {
+        check_permit(permit)?;
+        let partition = keys::semaphore_partition(&permit.id, &permit.resource);
+        let reply = self
+            .store
+            .delete(&partition, &permit.owner, &owned_by(permit))?;
+        Ok(matches!(reply.outcome, Outcome::Applied(_)))
+    }
+
+    /// `extend` of `coord:sync/semaphore`.
+    pub fn extend(&self, permit: &Permit, ttl_ms: Option<u64>) -> Result<ExtendOutcome, Error> {
+        check_permit(permit)?;
+        let ttl_ms = ttl_ms.unwrap_or(permit.ttl_ms);
+        validate::ttl("ttl-ms", ttl_ms)?;
+        let partition = keys::semaphore_partition(&permit.id, &permit.resource);
+        let reply = self
+            .store
+            .touch(&partition, &permit.owner, ttl_ms, &owned_by(permit))?;
+        match reply.outcome {
+            Outcome::Applied(entry) => Ok(ExtendOutcome::Extended(Permit {
+                ttl_ms,
+                expires_at: granted(&entry, &permit.owner, &limit_value(permit.limit), reply.now)?,
+                ..permit.clone()
+            })),
+            Outcome::Conflict(_) => Ok(ExtendOutcome::Lost),
+        }
+    }
+
+    /// `is-held` of `coord:sync/semaphore`: from one read, decided on the
+    /// reply's `now` and the entry's expiry, whatever else the store said.
+    pub fn is_held(&self, permit: &Permit) -> Result<bool, Error> {
+        check_permit(permit)?;
+        let partition = keys::semaphore_partition(&permit.id, &permit.resource);
+        let reply = self.store.get(&partition, &permit.owner)?;
+        Ok(reply.entry.is_some_and(|entry| {
+            entry.revision == permit.fence
+                && entry.value == limit_value(permit.limit)
+                && entry.expires_at.is_some_and(|end| end > reply.now)
+        }))
+    }
+
+    /// `inspect` of `coord:sync/semaphore`: the live permits in fence order.
+    pub fn inspect(&self, id: &str, resource: &str) -> Result<Usage, Error> {
+        check_names(id, resource, "id", "resource")?;
+        let listing = self
+            .store
+            .list(&keys::semaphore_partition(id, resource), "")?;
+        let mut permits = listing
+            .entries
+            .iter()
+            // An entry returned at or past its expiry holds nothing.
+            .filter(|e| e.expires_at.is_none_or(|end| end > listing.now))
+            .map(|e| holder(e, listing.now))
+            .collect::<Result<Vec<_>, _>>()?;
+        permits.sort_by_key(|h| h.fence);
+        Ok(Usage {
+            permits,
+            now: listing.now,
+        })
+    }
+
+    /// `force-release` of `coord:sync/semaphore`: `true` when the permit
+    /// with this fence was removed.
+    pub fn force_release(&self, id: &str, resource: &str, fence: u64) -> Result<bool, Error> {
+        check_names(id, resource, "id", "resource")?;
+        if fence == 0 {
+            return Err(Invalid::new("fence", "must be greater than 0").into());
+        }
+        let partition = keys::semaphore_partition(id, resource);
+        let listing = self.store.list(&partition, "")?;
+        let Some(permit) = listing.entries.iter().find(|e| e.revision == fence) else {
+            return Ok(false);
+        };
+        let reply = self
+            .store
+            .delete(&partition, &permit.key, &Condition::Revision(fence))?;
+        Ok(matches!(reply.outcome, Outcome::Applied(_)))
+    }
+}
+
+/// The semaphore's wait policy as the lock's, which it mirrors case for
+/// case (the same defaults, checks and patience).
+fn lock_policy(policy: Option<WaitPolicy>) -> lock::WaitPolicy {
+    match policy {
+        None => lock::WaitPolicy::Attempts(DEFAULT_RETRY),
+        Some(WaitPolicy::NoWait) => lock::WaitPolicy::NoWait,
+        Some(WaitPolicy::Attempts(retry)) => lock::WaitPolicy::Attempts(lock::Retry {
+            max_attempts: retry.max_attempts,
+            delay_ms: retry.delay_ms,
+        }),
+        Some(WaitPolicy::Timeout(ms)) => lock::WaitPolicy::Timeout(ms),
+    }
+}
+
+/// A permit entry's value: the limit it was acquired under, in decimal.
+fn limit_value(limit: u32) -> Vec<u8> {
+    limit.to_string().into_bytes()
+}
+
+/// The limit a permit entry holds; `None` when it is not one `acquire`
+/// wrote (decimal digits without a leading zero, at least 1).
+fn parse_limit(value: &[u8]) -> Option<u32> {
+    if value.first() == Some(&b'0') || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
+
+fn check_limit(field: &str, limit: u32) -> Result<(), Invalid> {
+    validate::in_range(field, u64::from(limit), 1, u64::from(MAX_LIMIT))
+}
+
+/// The condition only this permit satisfies (its key is the owner token).
+fn owned_by(permit: &Permit) -> Condition {
+    Condition::RevisionAndValue(Guard {
+        revision: permit.fence,
+        value: limit_value(permit.limit),
+    })
+}
+
+/// The expiry of the permit a write just granted, checked: the store must
+/// have written this owner's key with this limit at a revision above 0 and
+/// kept it alive past `now`. Anything else is `internal`, never a grant.
+fn granted(entry: &Entry, owner: &str, value: &[u8], now: u64) -> Result<u64, Error> {
+    let broken = |what: &str| {
+        Err(Error::Internal(format!(
+            "the store granted a permit {what} (revision {})",
+            entry.revision
+        )))
+    };
+    if entry.revision == 0 {
+        return broken("at revision 0");
+    }
+    if entry.key != owner || entry.value != value {
+        return broken("to another owner");
+    }
+    match entry.expires_at {
+        None => broken("with no expiry"),
+        Some(end) if end <= now => broken("that had already expired"),
+        Some(end) => Ok(end),
+    }
+}
+
+/// A permit entry as `acquire` wrote it, seen at store time `now`; anything
+/// else (a key written by another program) is the store breaking its
+/// contract, not a holder to wait for.
+fn holder(entry: &Entry, now: u64) -> Result<Holder, Error> {
+    let limit = parse_limit(&entry.value).filter(|_| is_owner_token(entry.key.as_bytes()));
+    match (limit, entry.expires_at) {
+        (Some(limit), Some(end)) if entry.revision > 0 => Ok(Holder {
+            fence: entry.revision,
+            remaining_ms: end.saturating_sub(now),
+            limit,
+        }),
+        _ => Err(Error::Internal(format!(
+            "a semaphore entry is not a permit ({} key bytes, {} value bytes at revision {})",
+            entry.key.len(),
+            entry.value.len(),
+            entry.revision
+        ))),
+    }
+}
+
+/// A permit record must be one `acquire` could have returned; a forged or
+/// corrupted one is rejected by name before the store is asked.
+fn check_permit(permit: &Permit) -> Result<(), Invalid> {
+    check_names(&permit.id, &permit.resource, "permit.id", "permit.resource")?;
+    if !is_owner_token(permit.owner.as_bytes()) {
+        return Err(Invalid::new(
+            "permit.owner",
+            "must be 32 lowercase hex digits",
+        ));
+    }
+    if permit.fence == 0 {
+        return Err(Invalid::new("permit.fence", "must be greater than 0"));
+    }
+    check_limit("permit.limit", permit.limit)?;
+    validate::ttl("permit.ttl-ms", permit.ttl_ms)
+}
+
+#[cfg(test)]
+mod tests;

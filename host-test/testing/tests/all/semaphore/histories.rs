@@ -1,0 +1,239 @@
+//! Histories of concurrent semaphore calls with expiring permits, recorded
+//! on every backend and checked against a sequential model by
+//! `common::history`.
+
+use super::*;
+use crate::common::history;
+
+per_backend!(semaphore_histories_are_linearizable,);
+
+/// The semaphore as a sequential model. Every grant reports the store's
+/// time (`expires-at - ttl`) and every busy answer names the permit that
+/// expires first with its remaining time, so the model knows when each
+/// happened: time never runs backwards, a grant needs fewer than its limit
+/// of live permits and a fence above every earlier one, and `busy` needs
+/// a full semaphore whose first expiry is the permit it names.
+struct SemaphoreModel;
+
+#[derive(Debug, Clone)]
+enum SemIn {
+    Acquire { ttl: u64, limit: usize },
+    Release(u64),
+}
+
+#[derive(Debug, Clone)]
+enum SemOut {
+    Acquired { fence: u64, expires_at: u64 },
+    Busy { fence: u64, remaining: u64 },
+    Released(bool),
+}
+
+/// (the live permits' fences and expiries, in fence order; the highest
+/// fence given; the store time reached).
+type SemState = (Vec<(u64, u64)>, u64, u64);
+
+impl history::Model for SemaphoreModel {
+    type State = SemState;
+    type Input = SemIn;
+    type Output = SemOut;
+
+    fn init(&self) -> SemState {
+        (Vec::new(), 0, 0)
+    }
+
+    fn step(
+        &self,
+        (held, highest, time): &SemState,
+        input: &SemIn,
+        output: &SemOut,
+    ) -> Option<SemState> {
+        let live_at = |at: u64| -> Vec<(u64, u64)> {
+            held.iter()
+                .copied()
+                .filter(|&(_, until)| until > at)
+                .collect()
+        };
+        match (input, output) {
+            (SemIn::Acquire { ttl, limit }, SemOut::Acquired { fence, expires_at }) => {
+                let at = expires_at.checked_sub(*ttl)?;
+                let mut live = live_at(at);
+                if at < *time || live.len() >= *limit || *fence <= *highest {
+                    return None;
+                }
+                live.push((*fence, *expires_at));
+                Some((live, *fence, at))
+            }
+            (SemIn::Acquire { limit, .. }, SemOut::Busy { fence, remaining }) => {
+                let &(_, until) = held.iter().find(|(f, _)| f == fence)?;
+                let at = until.checked_sub(*remaining)?;
+                let live = live_at(at);
+                let first = live.iter().map(|&(_, until)| until).min()?;
+                (at >= *time && *remaining > 0 && live.len() >= *limit && until == first)
+                    .then_some((live, *highest, at))
+            }
+            (SemIn::Release(fence), SemOut::Released(true)) => {
+                // Released while still held: possible only before its expiry.
+                let &(_, until) = held.iter().find(|(f, _)| f == fence)?;
+                (*time < until).then(|| {
+                    let rest = held.iter().copied().filter(|(f, _)| f != fence).collect();
+                    (rest, *highest, *time)
+                })
+            }
+            (SemIn::Release(fence), SemOut::Released(false)) => {
+                match held.iter().find(|(f, _)| f == fence) {
+                    // Its own permit refused: it must have expired by then.
+                    Some(&(_, until)) => {
+                        let rest = held.iter().copied().filter(|(f, _)| f != fence).collect();
+                        Some((rest, *highest, (*time).max(until)))
+                    }
+                    None => Some((held.clone(), *highest, *time)),
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+async fn semaphore_histories_are_linearizable(h: Harness) {
+    const CLIENTS: u64 = 5;
+    const LIMIT: usize = 2;
+    let runtime = Arc::new(Runtime::new(h.backend.clone()).unwrap());
+    let lapsed = Arc::new(AtomicUsize::new(0));
+    // Busy answers: the full semaphore went untested without them.
+    let busy = Arc::new(AtomicUsize::new(0));
+    for round in 0..4u64 {
+        let recorder = Arc::new(history::Recorder::<SemIn, SemOut>::default());
+        let mut tasks = Vec::new();
+        for c in 0..CLIENTS {
+            let (runtime, recorder, lapsed, busy) = (
+                runtime.clone(),
+                recorder.clone(),
+                lapsed.clone(),
+                busy.clone(),
+            );
+            let clock = h.clone_clock();
+            tasks.push(tokio::spawn(async move {
+                let mut i = runtime.instantiate().await.unwrap();
+                let mut rng = faults_rng(c * 17 + round + 3);
+                let resource = format!("hist-{round}");
+                for attempt in 0..6 {
+                    let ttl = 5 + rng.below(30);
+                    let options = AcquireOptions::new().ttl_ms(ttl).no_wait();
+                    let t = recorder.invoke();
+                    let input = SemIn::Acquire { ttl, limit: LIMIT };
+                    match acquire(&mut i, &resource, LIMIT as u32, options).await {
+                        AcquireOutcome::Acquired(permit) => {
+                            let out = SemOut::Acquired {
+                                fence: permit.fence,
+                                expires_at: permit.expires_at,
+                            };
+                            recorder.returned(t, input, out);
+                            for _ in 0..rng.below(20) {
+                                tokio::task::yield_now().await;
+                            }
+                            // Every other holder outstays its TTL, so each
+                            // round has a lapse whatever else happens.
+                            if attempt % 2 == 0 {
+                                clock.advance(ttl + 1);
+                            }
+                            let t = recorder.invoke();
+                            let released = i.semaphore().release(&permit).await.unwrap().unwrap();
+                            if !released {
+                                lapsed.fetch_add(1, Ordering::SeqCst);
+                            }
+                            let out = SemOut::Released(released);
+                            recorder.returned(t, SemIn::Release(permit.fence), out);
+                        }
+                        AcquireOutcome::Busy(holder) => {
+                            busy.fetch_add(1, Ordering::SeqCst);
+                            let out = SemOut::Busy {
+                                fence: holder.fence,
+                                remaining: holder.remaining_ms,
+                            };
+                            recorder.returned(t, input, out);
+                        }
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let history = Arc::try_unwrap(recorder).ok().unwrap().history();
+        assert!(
+            history::linearizable(&SemaphoreModel, &history),
+            "not linearizable: {history:#?}"
+        );
+    }
+    assert!(
+        lapsed.load(Ordering::SeqCst) > 0,
+        "no permit lapsed: expiry went untested"
+    );
+    assert!(
+        busy.load(Ordering::SeqCst) > 0,
+        "never full: the limit went untested"
+    );
+}
+
+/// The checker itself: it refuses a third permit under a limit of 2, a
+/// fence that goes back, and a busy answer naming a permit that is not the
+/// first to expire; and accepts a grant after an expiry.
+#[test]
+fn the_semaphore_model_refuses_what_it_must() {
+    use history::{Model, Op};
+    let m = SemaphoreModel;
+    let acquire = |ttl| SemIn::Acquire { ttl, limit: 2 };
+    let granted = |fence, expires_at| SemOut::Acquired { fence, expires_at };
+    let op = |n: u64, input, output| Op {
+        invoked: n * 2,
+        returned: n * 2 + 1,
+        input,
+        output,
+    };
+    let three = [
+        op(0, acquire(100), granted(1, 100)),
+        op(1, acquire(100), granted(2, 100)),
+        op(2, acquire(100), granted(3, 100)),
+    ];
+    assert!(!history::linearizable(&m, &three));
+    let backwards = [
+        op(0, acquire(100), granted(5, 100)),
+        op(1, acquire(100), granted(4, 100)),
+    ];
+    assert!(!history::linearizable(&m, &backwards));
+    let wrong_first = [
+        op(0, acquire(100), granted(1, 100)),
+        op(1, acquire(50), granted(2, 50)),
+        op(
+            2,
+            acquire(10),
+            SemOut::Busy {
+                fence: 1,
+                remaining: 100,
+            },
+        ),
+    ];
+    assert!(!history::linearizable(&m, &wrong_first));
+    let after_expiry = [
+        op(0, acquire(100), granted(1, 100)),
+        op(1, acquire(50), granted(2, 50)),
+        op(
+            2,
+            acquire(10),
+            SemOut::Busy {
+                fence: 2,
+                remaining: 50,
+            },
+        ),
+        op(3, acquire(10), granted(3, 60)),
+    ];
+    assert!(history::linearizable(&m, &after_expiry));
+    assert!(
+        m.step(&m.init(), &acquire(1), &SemOut::Released(true))
+            .is_none()
+    );
+}
+
+fn faults_rng(seed: u64) -> super::faults::Lcg {
+    super::faults::Lcg(seed)
+}
