@@ -41,6 +41,13 @@ pub fn semaphore_partition(id: &str, resource: &str) -> String {
     partition("~sem", id, resource)
 }
 
+/// The partition marking which reservations of rate limiter `id`'s `key`
+/// were settled; unwatched. Each mark is an entry keyed by the
+/// reservation's token.
+pub fn reservation_partition(id: &str, key: &str) -> String {
+    partition("~rsv", id, key)
+}
+
 /// The partition holding lease `name`; unwatched.
 pub fn lease_partition(name: &str) -> String {
     partition("~lease", name, "")

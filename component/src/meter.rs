@@ -41,11 +41,16 @@ pub enum Write {
 /// Decide `request` at store time `now` on `state` (`None`: never used, or
 /// expired). Returns the reply and what to write back.
 pub fn decide(state: Option<MeterState>, request: &MeterRequest, now: u64) -> (MeterReply, Write) {
+    if let MeterMode::Refund(at) = request.mode {
+        return refund(state, request, at, now);
+    }
     let (state, reset) = match request.mode {
         MeterMode::Reset => (None, true),
         _ => (state, false),
     };
-    let consume = request.mode == MeterMode::Consume;
+    // A charge counts as a consume does, and counts even what does not fit.
+    let force = request.mode == MeterMode::Charge;
+    let consume = request.mode == MeterMode::Consume || force;
     let (l, w, n) = (
         u64::from(request.limit),
         request.window_ms,
@@ -56,17 +61,102 @@ pub fn decide(state: Option<MeterState>, request: &MeterRequest, now: u64) -> (M
         MeterAlgorithm::FixedWindow => fixed(state, l, w, n, now),
         MeterAlgorithm::Gcra => gcra(state, l, w, n, now),
     };
-    let write = match (reset, consume && decision.allowed) {
+    let write = match (reset, consume && (decision.allowed || force)) {
         (true, _) => Write::Delete,
         (false, true) => Write::Put(next.0, next.1.max(1)),
         (false, false) => Write::Keep,
     };
     let mut reply = decision;
+    if force && !decision.allowed {
+        // Counted past the limit: nothing remains, and the meter is full
+        // again once the charged state has gone (GCRA: its TTL).
+        reply.allowed = true;
+        reply.remaining = 0;
+        reply.retry_after_ms = 0;
+        if request.algorithm == MeterAlgorithm::Gcra {
+            reply.reset_in_ms = next.1;
+        }
+    }
     if !consume && decision.allowed {
         // A peek reports what is left before this request, not after.
         reply.remaining = next.2;
     }
     reply.now = now;
+    (reply, write)
+}
+
+/// Give back `request.cost` units counted at store time `at`, where the
+/// state still counts them (`meter-mode.refund` in `wit/store.wit`), and
+/// answer as a peek of the same cost would after it.
+///
+/// - fixed window: only while `at`'s window is the current one;
+/// - sliding window: from the current or the previous window's count,
+///   whichever `at` fell in (the previous one's weight keeps decaying);
+/// - GCRA: the theoretical arrival time moves back by `cost` emission
+///   intervals, never before now (whatever `at`: the bucket refills the
+///   same way wherever the units were taken).
+fn refund(
+    state: Option<MeterState>,
+    request: &MeterRequest,
+    at: u64,
+    now: u64,
+) -> (MeterReply, Write) {
+    let (l, w, n) = (
+        u64::from(request.limit),
+        request.window_ms,
+        u64::from(request.cost),
+    );
+    let start = now - now % w;
+    let at_start = at - at % w;
+    let refunded = state.and_then(|s| match request.algorithm {
+        MeterAlgorithm::FixedWindow => (s.a == start && at_start == start).then(|| {
+            let state = MeterState {
+                a: start,
+                b: s.b.saturating_sub(n),
+                c: 0,
+            };
+            (state, start + w - now)
+        }),
+        MeterAlgorithm::SlidingWindow => {
+            // The state rolled forward to now's window, as a consume would.
+            let (curr, prev) = if s.a == start {
+                (s.b, s.c)
+            } else if start == s.a + w {
+                (0, s.b)
+            } else {
+                (0, 0)
+            };
+            let (curr, prev) = if at_start == start {
+                (curr.saturating_sub(n), prev)
+            } else if at_start + w == start {
+                (curr, prev.saturating_sub(n))
+            } else {
+                (curr, prev)
+            };
+            let state = MeterState {
+                a: start,
+                b: curr,
+                c: prev,
+            };
+            Some((state, start + 2 * w - now))
+        }
+        MeterAlgorithm::Gcra => (s.a >= now).then(|| {
+            let used = ((s.a - now) * l + s.b).saturating_sub(n * w);
+            let state = MeterState {
+                a: now + used / l,
+                b: used % l,
+                c: 0,
+            };
+            (state, used.div_ceil(l))
+        }),
+    });
+    let after = refunded.map_or(state, |(s, _)| Some(s));
+    let peek = MeterRequest {
+        mode: MeterMode::Peek,
+        ..*request
+    };
+    let (reply, _) = decide(after, &peek, now);
+    let write = refunded.map_or(Write::Keep, |(s, ttl)| Write::Put(s, ttl.max(1)));
     (reply, write)
 }
 
@@ -193,5 +283,7 @@ fn gcra(state: Option<MeterState>, l: u64, w: u64, n: u64, now: u64) -> Step {
 mod accuracy;
 #[cfg(test)]
 mod properties;
+#[cfg(test)]
+mod refunds;
 #[cfg(test)]
 mod tests;

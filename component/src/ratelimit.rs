@@ -3,7 +3,8 @@
 //! Each (limiter id, key) is one store partition holding one meter; a check
 //! is one `meter` request, which the store decides atomically on its own
 //! clock (the algorithms are in [`crate::meter`]), so every instance on
-//! every host shares the limit.
+//! every host shares the limit. Reservations (reserve, then settle to the
+//! real cost) are in [`reservations`].
 
 use crate::bindings::exports::coord::sync::ratelimit::{
     Algorithm, Decision, Error, InvalidArgument, Limiter,
@@ -61,6 +62,19 @@ impl<S: Store> RateLimits<S> {
         cost: u32,
         mode: MeterMode,
     ) -> Result<Decision, Error> {
+        self.meter_at(limiter, key, cost, mode)
+            .map(|(decision, _)| decision)
+    }
+
+    /// One `meter` request for (`limiter`, `key`): the decision, and the
+    /// store's clock when it was made.
+    fn meter_at(
+        &self,
+        limiter: &Limiter,
+        key: &str,
+        cost: u32,
+        mode: MeterMode,
+    ) -> Result<(Decision, u64), Error> {
         let algorithm = match limiter.algorithm.unwrap_or(Algorithm::SlidingWindow) {
             Algorithm::SlidingWindow => MeterAlgorithm::SlidingWindow,
             Algorithm::FixedWindow => MeterAlgorithm::FixedWindow,
@@ -79,15 +93,16 @@ impl<S: Store> RateLimits<S> {
             remaining,
             reset_in_ms,
             retry_after_ms,
-            ..
+            now,
         } = self.store.meter(&partition, METER_KEY, &request)?;
-        Ok(Decision {
+        let decision = Decision {
             allowed,
             limit: limiter.limit,
             remaining,
             reset_in_ms,
             retry_after_ms,
-        })
+        };
+        Ok((decision, now))
     }
 }
 
@@ -103,5 +118,6 @@ fn check_limiter(limiter: &Limiter, key: &str) -> Result<(), Invalid> {
     validate::name("key", key, MAX_NAME_BYTES)
 }
 
+mod reservations;
 #[cfg(test)]
 mod tests;

@@ -241,6 +241,27 @@ impl RatelimitGuest for Component {
     fn reset(limiter: Limiter, key: String) -> Result<(), ratelimit::Error> {
         RateLimits::new(HostStore).reset(&limiter, &key)
     }
+    fn reserve(
+        limiter: Limiter,
+        key: String,
+        cost: u32,
+        ttl_ms: u64,
+    ) -> Result<ratelimit::Reserved, ratelimit::Error> {
+        RateLimits::new(HostStore).reserve(&limiter, &key, cost, ttl_ms, &HostRandom)
+    }
+    fn settle(
+        limiter: Limiter,
+        reservation: ratelimit::Reservation,
+        actual: u32,
+    ) -> Result<ratelimit::Settled, ratelimit::Error> {
+        RateLimits::new(HostStore).settle(&limiter, &reservation, actual)
+    }
+    fn cancel(
+        limiter: Limiter,
+        reservation: ratelimit::Reservation,
+    ) -> Result<ratelimit::Settled, ratelimit::Error> {
+        RateLimits::new(HostStore).cancel(&limiter, &reservation)
+    }
 }
 
 /// The `watcher` resource: a [`Watch`] behind a `RefCell`, since resource

@@ -144,6 +144,19 @@ export function permit(value, field = 'permit') {
   };
 }
 
+/** A ratelimit.wit `reservation`, as `heldLock` does it, fields named `reservation.<field>`. */
+export function reservation(value, field = 'reservation') {
+  const r = record(field, value);
+  return {
+    id: string(`${field}.id`, r.id),
+    key: string(`${field}.key`, r.key),
+    token: string(`${field}.token`, r.token),
+    cost: u32(`${field}.cost`, r.cost),
+    reservedAt: u64(`${field}.reserved-at`, r.reservedAt),
+    expiresAt: u64(`${field}.expires-at`, r.expiresAt),
+  };
+}
+
 /** A lease.wit `held-lease`, as `heldLock` does it, fields named `lease.<field>`. */
 export function heldLease(value, field = 'lease') {
   const held = record(field, value);

@@ -418,7 +418,31 @@ export function rateLimiter(options) {
     translated(() => ratelimit.reset(limiter, key));
   }
 
-  return { id, check, peek, reset };
+  /**
+   * Count an estimated `cost` against `key` now, as check would, for work
+   * whose real cost is known only after it: {decision, reservation}, the
+   * reservation (plain data) null when limited. Settle it within `ttlMs`.
+   */
+  function reserve(key, cost, ttlMs) {
+    const args = [arg.string('key', key), arg.u32('cost', cost), arg.u64('ttl-ms', ttlMs)];
+    const { decision: d, reservation } = translated(() => ratelimit.reserve(limiter, ...args));
+    return { decision: decision(d), reservation: reservation ?? null };
+  }
+
+  /** Settle a reservation with the units really used: 'settled', 'already-settled' or 'expired'. */
+  function settle(reservation, actual) {
+    const r = arg.reservation(reservation);
+    const units = arg.u32('actual', actual);
+    return translated(() => ratelimit.settle(limiter, r, units));
+  }
+
+  /** Give a reservation back whole (settle with 0). */
+  function cancel(reservation) {
+    const r = arg.reservation(reservation);
+    return translated(() => ratelimit.cancel(limiter, r));
+  }
+
+  return { id, check, peek, reset, reserve, settle, cancel };
 }
 
 /**

@@ -138,7 +138,7 @@ function packInputs(op, { key: k = '', value, ttlMs, condition, after }) {
 
 // meter.lua's codes.
 const ALGORITHM_CODES = { 'sliding-window': 1, 'fixed-window': 2, gcra: 3 };
-const MODE_CODES = { consume: 1, peek: 2, reset: 3 };
+const MODE_CODES = { consume: 1, peek: 2, reset: 3, charge: 4, refund: 5 };
 
 /**
  * The EVALSHA arguments (after the SHA) of `meter` on `partition`'s `meterKey`:
@@ -147,14 +147,16 @@ const MODE_CODES = { consume: 1, peek: 2, reset: 3 };
  */
 export function meterCall(prefix, partition, meterKey, request) {
   const algorithm = ALGORITHM_CODES[request.algorithm];
-  const mode = MODE_CODES[request.mode];
+  // meter-mode is a variant: {tag}, and {tag: 'refund', val: at}.
+  const mode = MODE_CODES[request.mode?.tag];
   if (algorithm === undefined) throw invalid(`request.algorithm: unknown ${request.algorithm}`);
-  if (mode === undefined) throw invalid(`request.mode: unknown ${request.mode}`);
-  const packed = Buffer.alloc(34);
+  if (mode === undefined) throw invalid(`request.mode: unknown ${request.mode?.tag}`);
+  const refundAt = request.mode.tag === 'refund' ? Number(request.mode.val) : 0;
+  const packed = Buffer.alloc(42);
   packed[0] = algorithm;
   packed[1] = mode;
   let at = 2;
-  for (const n of [-1, request.limit, Number(request.windowMs), request.cost]) at = packed.writeDoubleLE(Number(n), at);
+  for (const n of [-1, request.limit, Number(request.windowMs), request.cost, refundAt]) at = packed.writeDoubleLE(Number(n), at);
   return ['1', `${key(prefix, partition, 'r:')}${meterKey}`, packed];
 }
 

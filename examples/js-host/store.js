@@ -243,14 +243,52 @@ function decide(state, algorithm, l, w, n, now) {
     next: { a: nextTat, b: nextFrac, c: 0n }, ttl: ceilDiv(usedAfter, l) };
 }
 
+// A refund: give back n units counted at `at` where the state still counts
+// them (meter.rs, `refund`); the refunded state and its TTL, or undefined.
+function refund(state, algorithm, l, w, n, at, now) {
+  if (state === undefined) return undefined;
+  const start = now - (now % w);
+  const atStart = at - (at % w);
+  const { a, b, c } = state;
+  if (algorithm === 'fixed-window') {
+    if (a !== start || atStart !== start) return undefined;
+    return { state: { a: start, b: max(b - n, 0n), c: 0n }, ttl: start + w - now };
+  }
+  if (algorithm === 'sliding-window') {
+    let [curr, prev] = a === start ? [b, c] : start === a + w ? [0n, b] : [0n, 0n];
+    if (atStart === start) curr = max(curr - n, 0n);
+    else if (atStart + w === start) prev = max(prev - n, 0n);
+    return { state: { a: start, b: curr, c: prev }, ttl: start + 2n * w - now };
+  }
+  if (a < now) return undefined;
+  const used = max((a - now) * l + b - n * w, 0n);
+  return { state: { a: now + used / l, b: used % l, c: 0n }, ttl: ceilDiv(used, l) };
+}
+
 export function meter(name, key, request) {
   const [p, now] = open(name);
+  // meter-mode is a variant: {tag}, and {tag: 'refund', val: at}.
+  const mode = request.mode.tag;
   const stored = p.meters.get(key);
-  const live = request.mode !== 'reset' && stored && stored.expiresAt > now ? stored.state : undefined;
-  const l = BigInt(request.limit);
-  const d = decide(live, request.algorithm, l, request.windowMs, BigInt(request.cost), now);
-  if (request.mode === 'reset') p.meters.delete(key);
-  else if (request.mode === 'consume' && d.allowed) p.meters.set(key, { state: d.next, expiresAt: now + max(d.ttl, 1n) });
-  const remaining = request.mode !== 'consume' && d.allowed ? d.before : d.after;
+  let live = mode !== 'reset' && stored && stored.expiresAt > now ? stored.state : undefined;
+  const [l, w, n] = [BigInt(request.limit), request.windowMs, BigInt(request.cost)];
+  if (mode === 'refund') {
+    const refunded = refund(live, request.algorithm, l, w, n, request.mode.val, now);
+    if (refunded !== undefined) {
+      live = refunded.state;
+      p.meters.set(key, { state: live, expiresAt: now + max(refunded.ttl, 1n) });
+    }
+  }
+  const d = decide(live, request.algorithm, l, w, n, now);
+  // A charge counts as a consume does, and counts even what does not fit.
+  const force = mode === 'charge';
+  const consume = mode === 'consume' || force;
+  if (mode === 'reset') p.meters.delete(key);
+  else if (consume && (d.allowed || force)) p.meters.set(key, { state: d.next, expiresAt: now + max(d.ttl, 1n) });
+  if (force && !d.allowed) {
+    const resetInMs = request.algorithm === 'gcra' ? d.ttl : d.resetIn;
+    return { allowed: true, remaining: 0, resetInMs, retryAfterMs: 0n, now };
+  }
+  const remaining = !consume && d.allowed ? d.before : d.after;
   return { allowed: d.allowed, remaining: Number(remaining), resetInMs: d.resetIn, retryAfterMs: d.retry, now };
 }

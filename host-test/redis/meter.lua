@@ -5,17 +5,19 @@
 -- KEYS[1] the meter's state (see MeterState): struct.pack('<Bdddd', 1, a, b, c,
 --         expires-at), packed rather than text for the reason redis.lua gives;
 --         the text "<a>:<b>:<c>:<expires-at>" of earlier versions is still read.
--- ARGV[1] every input in one string, struct.pack('<BBdddd', algorithm, mode,
---         clock, limit, window-ms, cost): algorithm 1 sliding window, 2 fixed
---         window, 3 GCRA; mode 1 consume, 2 peek, 3 reset; clock -1 for
+-- ARGV[1] every input in one string, struct.pack('<BBddddd', algorithm, mode,
+--         clock, limit, window-ms, cost, at): algorithm 1 sliding window, 2
+--         fixed window, 3 GCRA; mode 1 consume, 2 peek, 3 reset, 4 charge
+--         (consume, counting what does not fit too), 5 refund (give back
+--         `cost` units counted at store time `at`); clock -1 for
 --         Redis's TIME, else a test clock's now. One packed argument, because
 --         each argument costs Redis a string and a slot in ARGV, and a number
 --         in text a strtod besides, more than the rest of its reading.
 -- Reply: {allowed 0/1, remaining, reset-in-ms, retry-after-ms, now}
 
 local SLIDING_WINDOW, FIXED_WINDOW, GCRA = 1, 2, 3
-local CONSUME, PEEK, RESET = 1, 2, 3
-local algorithm, mode, now, l, w, n = struct.unpack('<BBdddd', ARGV[1])
+local CONSUME, PEEK, RESET, CHARGE, REFUND = 1, 2, 3, 4, 5
+local algorithm, mode, now, l, w, n, at = struct.unpack('<BBddddd', ARGV[1])
 if now < 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -41,7 +43,7 @@ end
 if algorithm ~= SLIDING_WINDOW and algorithm ~= FIXED_WINDOW and algorithm ~= GCRA then
   return redis.error_reply('coord: unknown meter algorithm ' .. tostring(algorithm))
 end
-if mode ~= CONSUME and mode ~= PEEK and mode ~= RESET then
+if mode < CONSUME or mode > REFUND then
   return redis.error_reply('coord: unknown meter mode ' .. tostring(mode))
 end
 
@@ -61,6 +63,34 @@ if mode ~= RESET then
     if a and e > now then
       stored, s1, s2, s3 = true, a, b, c
     end
+  end
+end
+
+-- A refund gives back n units counted at `at`, where the state still counts
+-- them (component/src/meter.rs, `refund`), then answers as a peek.
+local refunded, refund_ttl = false, 0
+if mode == REFUND and stored then
+  local start = now - (now - idiv(now, w) * w)
+  local at_start = at - (at - idiv(at, w) * w)
+  if algorithm == FIXED_WINDOW then
+    if s1 == start and at_start == start then
+      s2 = math.max(s2 - n, 0)
+      refunded, refund_ttl = true, start + w - now
+    end
+  elseif algorithm == SLIDING_WINDOW then
+    local curr, prev = 0, 0
+    if s1 == start then curr, prev = s2, s3 elseif start == s1 + w then prev = s2 end
+    if at_start == start then
+      curr = math.max(curr - n, 0)
+    elseif at_start + w == start then
+      prev = math.max(prev - n, 0)
+    end
+    s1, s2, s3 = start, curr, prev
+    refunded, refund_ttl = true, start + 2 * w - now
+  elseif s1 >= now then -- gcra
+    local used = math.max((s1 - now) * l + s2 - n * w, 0)
+    s1, s2, s3 = now + idiv(used, l), used - idiv(used, l) * l, 0
+    refunded, refund_ttl = true, cdiv(used, l)
   end
 end
 
@@ -133,15 +163,25 @@ else -- gcra
   c1, c2, c3, ttl = next_tat, next_frac, 0, cdiv(used_after, l)
 end
 
+local forced = mode == CHARGE and not allowed
+if forced then
+  -- Counted past the limit: nothing remains; GCRA is full again once the
+  -- charged state has gone.
+  allowed, after, retry = true, 0, 0
+  if algorithm == GCRA then reset_in = ttl end
+end
+if refunded then
+  c1, c2, c3, ttl = s1, s2, s3, refund_ttl
+end
 if mode == RESET then
   redis.call('DEL', KEYS[1])
-elseif mode == CONSUME and allowed then
+elseif ((mode == CONSUME or mode == CHARGE) and allowed) or refunded then
   ttl = math.max(ttl, 1)
   local encoded = struct.pack('<Bdddd', 1, c1, c2, c3, now + ttl)
   -- PSETEX rather than SET ... PX: fewer arguments, no options to parse.
   redis.call('PSETEX', KEYS[1], string.format('%d', ttl), encoded)
 end
-if mode ~= CONSUME and allowed then after = before end
+if mode ~= CONSUME and mode ~= CHARGE and allowed then after = before end
 local a = 0
 if allowed then a = 1 end
 -- One packed string, cheaper for Redis to send than an array: allowed,

@@ -77,7 +77,8 @@ test('every store call sends the Rust backend\'s arguments, byte for byte (vecto
 test('a meter request is packed as the Rust backend packs it (vectors)', () => {
   for (const v of vectors.meter_requests.filter((r) => r.clock === -1)) {
     const args = codec.meterCall('coord', 'rl:1:a:b', 'k', {
-      algorithm: v.algorithm, mode: v.mode, limit: v.limit, windowMs: BigInt(v.window_ms), cost: v.cost,
+      algorithm: v.algorithm, mode: v.refund_at === null ? { tag: v.mode } : { tag: v.mode, val: BigInt(v.refund_at) },
+      limit: v.limit, windowMs: BigInt(v.window_ms), cost: v.cost,
     });
     assert.equal(Buffer.from(args[2]).toString('hex'), v.packed_hex, `${v.algorithm} ${v.mode}`);
   }
@@ -134,7 +135,7 @@ test('the SHA-1s this host sends are the ones Redis has for the project scripts'
     // One call per script (NOSCRIPT loads them if this Redis never saw them).
     store.get('eph:1:a:b', 'k');
     store.get('~lock:1:a:b', 'k');
-    store.meter('rl:1:a:b', 'k', { algorithm: 'gcra', limit: 1, windowMs: 1000n, cost: 1, mode: 'peek' });
+    store.meter('rl:1:a:b', 'k', { algorithm: 'gcra', limit: 1, windowMs: 1000n, cost: 1, mode: { tag: 'peek' } });
     const shas = [
       codec.sha1(codec.storeScript(lua('redis.lua'), codec.DEFAULTS)),
       codec.sha1(codec.unwatchedScript(lua('unwatched.lua'), codec.DEFAULTS)),

@@ -162,4 +162,21 @@ function wrapperTests() {
     exports.reset('user:1');
     assert.equal(exports.peek('user:1').limited, false);
   });
+
+  test('a reservation settles to the real cost once; limited reserves nothing', () => {
+    const tokens = rateLimiter({ id: 'llm.tokens', limit: 10, windowMs: 3600000, algorithm: 'fixed-window' });
+    const key = `tenant:${Math.random()}`;
+    const { decision, reservation } = tokens.reserve(key, 8, 60000);
+    assert.equal(decision.allowed, true);
+    assert.equal(decision.remaining, 2);
+    assert.equal(tokens.check(key, { cost: 3 }).limited, true);
+    assert.equal(tokens.settle(reservation, 2), 'settled');
+    assert.equal(tokens.peek(key).remaining, 8);
+    assert.equal(tokens.cancel(reservation), 'already-settled');
+    const refused = tokens.reserve(key, 9, 60000);
+    assert.equal(refused.decision.limited, true);
+    assert.equal(refused.reservation, null);
+    assert.throws(() => tokens.settle(reservation, -1), (e) => e instanceof InvalidArgument && e.field === 'actual');
+    assert.throws(() => tokens.settle({ ...reservation, token: 'x' }, 1), (e) => e instanceof InvalidArgument && e.field === 'reservation.token');
+  });
 }

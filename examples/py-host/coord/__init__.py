@@ -17,7 +17,7 @@ from .errors import (
 )
 from .lease import HeldLease, LeaseHolder
 from .locks import HeldLock, Holder, LockContext
-from .ratelimit import Decision, Limiter
+from .ratelimit import Decision, Limiter, Reservation
 from .semaphore import Permit, PermitContext, PermitHolder, Usage
 from .store import MemoryStore, RedisStore
 
@@ -25,6 +25,6 @@ __all__ = [
     "Busy", "Component", "Coord", "CoordError", "Decision", "Entry", "Event", "HeldLease",
     "HeldLock", "Holder", "InGrace", "Internal", "InvalidArgument", "LeaseHolder", "Limiter",
     "LockContext", "Lost", "MemoryStore", "NotHolder", "Permit", "PermitContext",
-    "PermitHolder", "RedisStore", "Snapshot", "Space", "Unavailable", "Usage", "Watch",
+    "PermitHolder", "RedisStore", "Reservation", "Snapshot", "Space", "Unavailable", "Usage", "Watch",
     "Written", "compile_component", "find_wasm",
 ]

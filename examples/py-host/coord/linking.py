@@ -79,9 +79,12 @@ def lower_condition(v: Variant) -> Condition:
 
 
 def lower_meter_request(r: Record) -> MeterRequest:
-    """The WIT ``meter-request`` record (its enums arrive as strings)."""
+    """The WIT ``meter-request`` record (its enum arrives as a string, its
+    ``meter-mode`` variant as a tagged ``Variant``)."""
+    mode = r.mode.tag
+    refund_at = r.mode.payload if mode == "refund" else 0
     return MeterRequest(algorithm=r.algorithm, limit=r.limit, window_ms=field(r, "window-ms"),
-                        cost=r.cost, mode=r.mode)
+                        cost=r.cost, mode=mode, refund_at=refund_at)
 
 
 # -- host functions -----------------------------------------------------------

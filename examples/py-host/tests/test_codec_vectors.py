@@ -90,7 +90,8 @@ def test_each_store_call_sends_the_rust_backends_arguments(v):
 
 @pytest.mark.parametrize("v", VECTORS["meter_requests"], ids=lambda v: v["algorithm"])
 def test_a_meter_request_is_packed_as_the_rust_backend_packs_it(v):
-    request = MeterRequest(v["algorithm"], v["limit"], v["window_ms"], v["cost"], v["mode"])
+    request = MeterRequest(v["algorithm"], v["limit"], v["window_ms"], v["cost"], v["mode"],
+                           v["refund_at"] or 0)
     assert redis_codec.packed_meter(request, clock=v["clock"]).hex() == v["packed_hex"]
 
 

@@ -57,3 +57,19 @@ def test_bad_limits_name_the_field(backend, name, make, field):
         c.limit(limiter, "k", cost=cost)
     assert invalid.value.field == field, invalid.value
     assert sum(c.store_calls.values()) == 0
+
+
+def test_a_reservation_settles_to_the_real_cost_once(backend, name):
+    c = backend.coord()
+    tokens = coord.Limiter(name, 10, 3_600_000, "fixed-window")
+    decision, r = c.reserve(tokens, "tenant:1", 8, 60_000)
+    assert decision.allowed and decision.remaining == 2 and r.cost == 8
+    assert c.limit(tokens, "tenant:1", 3).limited
+    assert c.settle(tokens, r, 2) == "settled"
+    assert c.peek_limit(tokens, "tenant:1").remaining == 8
+    assert c.cancel(tokens, r) == "already-settled"
+    limited, none = c.reserve(tokens, "tenant:1", 9, 60_000)
+    assert limited.limited and none is None
+    with pytest.raises(coord.InvalidArgument) as e:
+        c.settle(tokens, r, 11)
+    assert e.value.field == "actual"

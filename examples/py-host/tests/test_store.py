@@ -154,8 +154,9 @@ def test_the_python_meter_answers_what_meter_lua_answers(redis_backend):
             # Redis expires the state on its own clock: keep every TTL well
             # above the real time between two calls.
             now += 100
+        mode = rng.choice(["consume"] * 4 + ["peek", "reset", "charge", "refund", "refund"])
         request = MeterRequest(rng.choice(["sliding-window", "fixed-window", "gcra"]), 5, 1000,
-                               rng.randint(1, 5), rng.choice(["consume"] * 4 + ["peek", "reset"]))
+                               rng.randint(1, 5), mode, now - rng.choice([0, 500, 1500]))
         if state is not None and state[2] != request.algorithm:
             request.algorithm = state[2]  # a key keeps one algorithm
         stored = state[0] if state and state[1] > now else None

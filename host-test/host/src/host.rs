@@ -202,6 +202,8 @@ impl wit::Host for HostState {
                 wit::MeterMode::Consume => b::MeterMode::Consume,
                 wit::MeterMode::Peek => b::MeterMode::Peek,
                 wit::MeterMode::Reset => b::MeterMode::Reset,
+                wit::MeterMode::Charge => b::MeterMode::Charge,
+                wit::MeterMode::Refund(at) => b::MeterMode::Refund(at),
             },
         };
         let r = self.backend().meter(&partition, &key, &request).await?;

@@ -367,4 +367,40 @@ impl RatelimitCalls<'_> {
         let rl = self.instance.coordinator.coord_sync_ratelimit();
         rl.call_reset(&mut self.instance.store, limiter, key).await
     }
+
+    /// `coord:sync/ratelimit.reserve`: count an estimate now, to settle later.
+    pub async fn reserve(
+        self,
+        limiter: &ratelimit::Limiter,
+        key: &str,
+        cost: u32,
+        ttl_ms: u64,
+    ) -> RatelimitResult<ratelimit::Reserved> {
+        let rl = self.instance.coordinator.coord_sync_ratelimit();
+        rl.call_reserve(&mut self.instance.store, limiter, key, cost, ttl_ms)
+            .await
+    }
+
+    /// `coord:sync/ratelimit.settle`: the real cost, once known.
+    pub async fn settle(
+        self,
+        limiter: &ratelimit::Limiter,
+        reservation: &ratelimit::Reservation,
+        actual: u32,
+    ) -> RatelimitResult<ratelimit::Settled> {
+        let rl = self.instance.coordinator.coord_sync_ratelimit();
+        rl.call_settle(&mut self.instance.store, limiter, reservation, actual)
+            .await
+    }
+
+    /// `coord:sync/ratelimit.cancel`: settle for nothing.
+    pub async fn cancel(
+        self,
+        limiter: &ratelimit::Limiter,
+        reservation: &ratelimit::Reservation,
+    ) -> RatelimitResult<ratelimit::Settled> {
+        let rl = self.instance.coordinator.coord_sync_ratelimit();
+        rl.call_cancel(&mut self.instance.store, limiter, reservation)
+            .await
+    }
 }

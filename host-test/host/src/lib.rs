@@ -137,7 +137,7 @@ pub mod ephemeral {
 /// The rate limiter's types, as the host sees them (`coord:sync/ratelimit`).
 pub mod ratelimit {
     pub use crate::bindings::exports::coord::sync::ratelimit::{
-        Algorithm, Decision, Error, InvalidArgument, Limiter,
+        Algorithm, Decision, Error, InvalidArgument, Limiter, Reservation, Reserved, Settled,
     };
 }
 

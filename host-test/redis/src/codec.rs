@@ -175,18 +175,21 @@ pub(super) fn packed_meter(request: &MeterRequest, clock: f64) -> Vec<u8> {
         MeterAlgorithm::FixedWindow => 2,
         MeterAlgorithm::Gcra => 3,
     };
-    let mode: u8 = match request.mode {
-        MeterMode::Consume => 1,
-        MeterMode::Peek => 2,
-        MeterMode::Reset => 3,
+    let (mode, at): (u8, u64) = match request.mode {
+        MeterMode::Consume => (1, 0),
+        MeterMode::Peek => (2, 0),
+        MeterMode::Reset => (3, 0),
+        MeterMode::Charge => (4, 0),
+        MeterMode::Refund(at) => (5, at),
     };
-    let mut packed = Vec::with_capacity(34);
+    let mut packed = Vec::with_capacity(42);
     packed.extend([algorithm, mode]);
     for number in [
         clock,
         f64::from(request.limit),
         request.window_ms as f64,
         f64::from(request.cost),
+        at as f64,
     ] {
         packed.extend(number.to_le_bytes());
     }

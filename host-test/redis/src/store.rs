@@ -194,7 +194,9 @@ impl Backend for RedisBackend {
             .arg(packed);
         let reply = match request.mode {
             MeterMode::Peek => self.run_script_value(&cmd, &[METER_SCRIPT]).await?,
-            MeterMode::Consume | MeterMode::Reset => self.run_write(&cmd, &[METER_SCRIPT]).await?,
+            MeterMode::Consume | MeterMode::Reset | MeterMode::Charge | MeterMode::Refund(_) => {
+                self.run_write(&cmd, &[METER_SCRIPT]).await?
+            }
         };
         match reply {
             Value::BulkString(packed) => meter_reply(&packed),

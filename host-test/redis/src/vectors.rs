@@ -408,6 +408,22 @@ fn meters() -> (Vec<Json>, Vec<Json>) {
             3,
             -1.0,
         ),
+        (
+            MeterAlgorithm::SlidingWindow,
+            MeterMode::Charge,
+            10,
+            60_000,
+            4,
+            -1.0,
+        ),
+        (
+            MeterAlgorithm::Gcra,
+            MeterMode::Refund(1_749_999_999_000),
+            100,
+            1000,
+            5,
+            1_750_000_000_000.0,
+        ),
     ]
     .iter()
     .map(|&(algorithm, mode, limit, window_ms, cost, clock)| {
@@ -428,6 +444,12 @@ fn meters() -> (Vec<Json>, Vec<Json>) {
                 MeterMode::Consume => "consume",
                 MeterMode::Peek => "peek",
                 MeterMode::Reset => "reset",
+                MeterMode::Charge => "charge",
+                MeterMode::Refund(_) => "refund",
+            },
+            "refund_at": match mode {
+                MeterMode::Refund(at) => Some(at),
+                _ => None,
             },
             "limit": limit, "window_ms": window_ms, "cost": cost, "clock": clock,
             "packed_hex": hex(&packed_meter(&request, clock)),

@@ -100,12 +100,50 @@ def decide(state: Optional[State], request: MeterRequest, now: int
     Returns the reply, the state to store with its TTL (``None``: keep what
     is stored) and whether to forget the stored state (``reset``).
     """
+    if request.mode == "refund":
+        return _refund(state, request, now)
     reset = request.mode == "reset"
     d = _ALGORITHMS[request.algorithm](None if reset else state, request.limit,
                                        request.window_ms, request.cost, now)
-    consume = request.mode == "consume"
+    # A charge counts as a consume does, and counts even what does not fit.
+    force = request.mode == "charge"
+    consume = request.mode == "consume" or force
     # A peek (or reset) reports what is left before this request, not after.
     remaining = d.before if (not consume and d.allowed) else d.after
     reply = MeterReply(d.allowed, remaining, d.reset_in, d.retry, now)
-    write = (d.counted, max(d.ttl, 1)) if consume and d.allowed and not reset else None
+    if force and not d.allowed:
+        reset_in = d.ttl if request.algorithm == "gcra" else d.reset_in
+        reply = MeterReply(True, 0, reset_in, 0, now)
+    counts = consume and (d.allowed or force)
+    write = (d.counted, max(d.ttl, 1)) if counts and not reset else None
     return reply, write, reset
+
+
+def _refund(state: Optional[State], request: MeterRequest, now: int
+            ) -> Tuple[MeterReply, Optional[Tuple[State, int]], bool]:
+    """Give back ``request.cost`` units counted at ``request.refund_at``
+    where the state still counts them (meter.rs, ``refund``), then answer
+    as a peek of the same cost."""
+    l, w, n, at = request.limit, request.window_ms, request.cost, request.refund_at
+    start, at_start = now - now % w, at - at % w
+    refunded: Optional[Tuple[State, int]] = None
+    if state is not None:
+        a, b, c = state
+        if request.algorithm == "fixed-window":
+            if a == start and at_start == start:
+                refunded = ((start, max(b - n, 0), 0), start + w - now)
+        elif request.algorithm == "sliding-window":
+            curr, prev = (b, c) if a == start else ((0, b) if start == a + w else (0, 0))
+            if at_start == start:
+                curr = max(curr - n, 0)
+            elif at_start + w == start:
+                prev = max(prev - n, 0)
+            refunded = ((start, curr, prev), start + 2 * w - now)
+        elif a >= now:  # gcra
+            used = max((a - now) * l + b - n * w, 0)
+            refunded = ((now + used // l, used % l, 0), _ceil_div(used, l))
+    after = refunded[0] if refunded else state
+    peek = MeterRequest(request.algorithm, l, w, n, "peek")
+    reply, _, _ = decide(after, peek, now)
+    write = (refunded[0], max(refunded[1], 1)) if refunded else None
+    return reply, write, False

@@ -36,7 +36,7 @@ CONDITION_CODES = {"always": 1, "absent": 2, "revision": 3, "revision-and-value"
                    "absent-and-fewer-than": 5}
 #: meter.lua's codes.
 ALGORITHM_CODES = {"sliding-window": 1, "fixed-window": 2, "gcra": 3}
-MODE_CODES = {"consume": 1, "peek": 2, "reset": 3}
+MODE_CODES = {"consume": 1, "peek": 2, "reset": 3, "charge": 4, "refund": 5}
 
 _TWO_53 = float(2**53)
 _MINUS_ONE = struct.pack("<d", -1.0)
@@ -103,9 +103,9 @@ def packed_unwatched(op: str, key: str = "", value: Optional[bytes] = None,
 
 def packed_meter(request: MeterRequest, clock: float = -1.0) -> bytes:
     """A meter request as meter.lua's one argument."""
-    return struct.pack("<BBdddd", ALGORITHM_CODES[request.algorithm], MODE_CODES[request.mode],
+    return struct.pack("<BBddddd", ALGORITHM_CODES[request.algorithm], MODE_CODES[request.mode],
                        clock, float(request.limit), float(request.window_ms),
-                       float(request.cost))
+                       float(request.cost), float(request.refund_at))
 
 
 def sent_value(value: Optional[bytes], condition: Optional[Condition]) -> Optional[bytes]:

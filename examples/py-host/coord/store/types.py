@@ -138,13 +138,15 @@ class ChangesReply:
 @dataclass
 class MeterRequest:
     """A meter request: ``algorithm`` is ``sliding-window``, ``fixed-window`` or
-    ``gcra``; ``mode`` is ``consume``, ``peek`` or ``reset``."""
+    ``gcra``; ``mode`` is ``consume``, ``peek``, ``reset``, ``charge`` or
+    ``refund`` (giving back ``cost`` units counted at ``refund_at``)."""
 
     algorithm: str
     limit: int
     window_ms: int
     cost: int
     mode: str
+    refund_at: int = 0
 
 
 @dataclass

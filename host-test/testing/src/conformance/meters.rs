@@ -19,6 +19,8 @@ pub async fn meter_answers_as_the_reference_algorithms_on_a_generated_trace(h: H
     {
         let partition = format!("meter-{algorithm:?}-{limit}");
         let (mut reference, mut now, mut seed) = (None, h.backend.now().await.unwrap(), 42u64);
+        // When units were last counted: a refund gives them back there.
+        let mut counted_at = now;
         for step in 0..300 {
             seed = seed
                 .wrapping_mul(6364136223846793005)
@@ -29,8 +31,13 @@ pub async fn meter_answers_as_the_reference_algorithms_on_a_generated_trace(h: H
             let mode = match (seed >> 50) % 16 {
                 0 => MeterMode::Reset,
                 1 | 2 => MeterMode::Peek,
+                3 => MeterMode::Charge,
+                4 | 5 => MeterMode::Refund(counted_at),
                 _ => MeterMode::Consume,
             };
+            if mode == MeterMode::Consume {
+                counted_at = now;
+            }
             let request = MeterRequest {
                 algorithm,
                 limit,

@@ -28,6 +28,7 @@ mod lease_manager;
 mod limits;
 mod lock;
 mod ratelimit;
+mod reservations;
 mod semaphore;
 mod with_lock;
 
