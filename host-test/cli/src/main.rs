@@ -63,6 +63,9 @@ enum Command {
     /// Peek at or reset a rate-limit key (operator commands).
     #[command(subcommand)]
     Limit(operate::LimitCommand),
+    /// See a semaphore's permits, or free one (operator commands).
+    #[command(subcommand)]
+    Semaphore(operate::SemaphoreCommand),
 }
 
 #[derive(Args)]
@@ -179,6 +182,7 @@ async fn main() -> ExitCode {
         Command::Lock(command) => operate::lock(command).await,
         Command::Ephemeral(command) => operate::ephemeral(command).await,
         Command::Limit(command) => operate::limit(command).await,
+        Command::Semaphore(command) => operate::semaphore(command).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

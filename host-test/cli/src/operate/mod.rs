@@ -24,6 +24,9 @@ use serde_json::json;
 use crate::terminal::{json_line, text, value_field};
 use crate::{StoreArgs, Target, backend_for, store_failure};
 
+mod semaphore;
+pub use semaphore::{SemaphoreCommand, semaphore};
+
 /// `coord lock …`
 #[derive(Subcommand)]
 pub enum LockCommand {
@@ -216,6 +219,7 @@ sentence_for!(
     coord_host::lock::Error,
     coord_host::ephemeral::Error,
     coord_host::ratelimit::Error,
+    coord_host::semaphore::Error,
 );
 
 /// A WIT field as the operator typed it: the argument or flag.

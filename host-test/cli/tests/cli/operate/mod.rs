@@ -302,3 +302,69 @@ async fn take(
 
 mod errors;
 mod hostile;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_commands_show_the_permits_and_free_exactly_the_one_named() {
+    use coord_host::semaphore::{AcquireOptions, AcquireOutcome};
+    let url = redis_url().await;
+    let config = redis_config(&url, 64, None);
+    let prefix = config.prefix.clone();
+    let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
+    let mut i = Runtime::new(backend).unwrap().instantiate().await.unwrap();
+    let mut permits = Vec::new();
+    for _ in 0..2 {
+        let options = AcquireOptions::new().ttl_ms(60_000).no_wait();
+        let outcome = i.semaphore().acquire("partner.api", "tenant:1", 3, options);
+        let AcquireOutcome::Acquired(permit) = outcome.await.unwrap().unwrap() else {
+            panic!("acquire")
+        };
+        permits.push(permit);
+    }
+    let args = ["semaphore", "inspect", "partner.api", "tenant:1"];
+    let inspected = coord(&[&args[..], &["--json"]].concat(), &url, &prefix, "");
+    assert!(inspected.status.success());
+    let seen = json(&inspected);
+    let fences: Vec<String> = permits.iter().map(|p| p.fence.to_string()).collect();
+    assert_eq!(seen["permits"][0]["fence"], fences[0]);
+    assert_eq!(seen["permits"][1]["fence"], fences[1]);
+    assert_eq!(seen["permits"][1]["limit"], 3);
+    let table = String::from_utf8_lossy(&coord(&args, &url, &prefix, "").stdout).to_string();
+    assert!(table.contains("held   2"), "{table}");
+    assert!(
+        !table.contains(&permits[0].owner),
+        "no owner token is shown"
+    );
+
+    let release = ["semaphore", "release", "--force", "partner.api", "tenant:1"];
+    let declined = coord(
+        &[&release[..], &[&fences[0]]].concat(),
+        &url,
+        &prefix,
+        "n\n",
+    );
+    assert_eq!(declined.status.code(), Some(1));
+    assert!(i.semaphore().is_held(&permits[0]).await.unwrap().unwrap());
+    let released = coord(
+        &[&release[..], &["--yes", &fences[0], "--json"]].concat(),
+        &url,
+        &prefix,
+        "",
+    );
+    assert!(released.status.success());
+    assert_eq!(json(&released)["released"], true);
+    assert!(
+        !i.semaphore().is_held(&permits[0]).await.unwrap().unwrap(),
+        "freed"
+    );
+    assert!(
+        i.semaphore().is_held(&permits[1]).await.unwrap().unwrap(),
+        "only that one"
+    );
+    let again = coord(
+        &[&release[..], &["--yes", &fences[0]]].concat(),
+        &url,
+        &prefix,
+        "",
+    );
+    assert_eq!(again.status.code(), Some(1), "no live permit at that fence");
+}
