@@ -7,7 +7,11 @@
 //! fly). This crate gives it:
 //!
 //! - the generated interfaces, as they are: [`lock`], [`lease`],
-//!   [`ephemeral`], [`ratelimit`];
+//!   [`ephemeral`], [`ratelimit`], [`semaphore`];
+//! - [`with_permit`]: run work holding one of a semaphore's permits, and
+//!   always release it;
+//! - [`ReservationGuard`]: reserve an estimated cost, record what the work
+//!   used, and settle that when the guard is dropped;
 //! - [`with_lock`]: run work under a lock and always release it. A WASI 0.2
 //!   guest has no background task, so a long job keeps its lock alive by
 //!   hand, calling [`LockGuard::keep_alive`] between steps (seed 002's
@@ -38,9 +42,13 @@
 //! editors.upsert("item:42", "session-1", &Editor { user: "ada".into() }).ok();
 //! ```
 
+mod permit;
+mod reservation;
 mod run;
 mod space;
 
+pub use permit::{Admitted, with_permit};
+pub use reservation::ReservationGuard;
 pub use run::{LockGuard, Lost, LostBecause, Ran, with_lock};
 pub use space::{Entry, Snapshot, Space, SpaceError};
 
@@ -56,4 +64,4 @@ pub mod bindings {
     });
 }
 
-pub use bindings::coord::sync::{ephemeral, lease, lock, ratelimit};
+pub use bindings::coord::sync::{ephemeral, lease, lock, ratelimit, semaphore};

@@ -1,9 +1,10 @@
 //! The routes: stock under a fenced lock, rate-limited exports, editors'
-//! presence.
+//! presence, reports limited to a few at once per tenant (a semaphore),
+//! and summaries charged what they produced (a rate-limit reservation).
 
 use crate::http::{Reply, Request};
 use crate::records::{self, Refused};
-use coord_sdk::{Ran, Space, ephemeral, lock, ratelimit};
+use coord_sdk::{Admitted, Ran, ReservationGuard, Space, ephemeral, lock, ratelimit, semaphore};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -45,6 +46,8 @@ pub fn route(request: &Request) -> Reply {
         ("POST", ["items", item, "lock", "extend"]) => extend(request, item),
         ("DELETE", ["items", item, "lock"]) => release(request, item),
         ("POST", ["exports"]) => export(request),
+        ("POST", ["reports", tenant]) => report(request, tenant),
+        ("POST", ["summaries"]) => summarize(request),
         ("GET", ["items", item, "editors"]) => snapshot(item),
         ("GET", ["items", item, "editors", "watch"]) => watch(request, item),
         ("PUT", ["items", item, "editors", session]) => join(request, item, session),
@@ -353,6 +356,134 @@ fn export(request: &Request) -> Reply {
         }
         Err(why) => Reply::error(503, "store", &why),
     }
+}
+
+/// Reports: at most [`REPORTS_AT_ONCE`] per tenant at once, across every
+/// instance (a partner system that takes two at a time), each under a
+/// permit of the `inventory.reports` semaphore.
+const REPORTS_ID: &str = "inventory.reports";
+/// Reports a tenant may run at once.
+pub const REPORTS_AT_ONCE: u32 = 2;
+/// A report's permit lasts this long unless released (a cut request's
+/// permit is given back by the host; a crashed one's expires).
+const REPORT_TTL_MS: u64 = 30_000;
+/// The longest a report may ask to work (`work_ms`): inside the permit's TTL.
+const MAX_REPORT_WORK_MS: u64 = 10_000;
+
+/// Run a report for `tenant`, if fewer than [`REPORTS_AT_ONCE`] of its
+/// reports are running: 429 with `retry-after` otherwise (or after
+/// `wait_ms` of waiting for a place).
+fn report(request: &Request, tenant: &str) -> Reply {
+    if tenant.is_empty() || tenant.len() > MAX_ITEM_BYTES {
+        return Reply::error(400, "tenant", &format!("1 to {MAX_ITEM_BYTES} bytes"));
+    }
+    let (work_ms, wait) = match (
+        optional_u64(request, "work_ms", MAX_REPORT_WORK_MS),
+        optional_u64(request, "wait_ms", MAX_WAIT_MS),
+    ) {
+        (Ok(work), Ok(wait)) => (work.unwrap_or(0), wait),
+        (Err(reply), _) | (_, Err(reply)) => return reply,
+    };
+    let options = semaphore::AcquireOptions {
+        ttl_ms: Some(REPORT_TTL_MS),
+        wait: Some(wait.map_or(
+            semaphore::WaitPolicy::NoWait,
+            semaphore::WaitPolicy::Timeout,
+        )),
+    };
+    let resource = format!("tenant:{tenant}");
+    let ran = coord_sdk::with_permit(REPORTS_ID, &resource, REPORTS_AT_ONCE, options, |permit| {
+        sleep_ms(work_ms);
+        records::list().map(|records| (permit.fence, records.len()))
+    });
+    match ran {
+        Ok(Admitted::Done(Ok((fence, items)))) => Reply::ok(json!({
+            "tenant": tenant,
+            "items": items,
+            "fence": fence.to_string(),
+        })),
+        Ok(Admitted::Done(Err(why))) => Reply::error(503, "store", &why),
+        Ok(Admitted::Full(first)) => Reply::with_status(
+            429,
+            json!({
+                "error": "too many reports at once for this tenant",
+                "limit": REPORTS_AT_ONCE,
+                "retryAfterMs": first.remaining_ms,
+            }),
+        )
+        .header(
+            "retry-after",
+            first.remaining_ms.div_ceil(1000).max(1).to_string(),
+        ),
+        Err(semaphore::Error::InvalidArgument(bad)) => Reply::error(400, &bad.field, &bad.reason),
+        Err(semaphore::Error::Unavailable(why)) => Reply::error(503, "semaphore", &why),
+        Err(semaphore::Error::Internal(why)) => Reply::error(500, "semaphore", &why),
+    }
+}
+
+/// Summaries cost what they produce: bytes of summary per user per minute.
+/// A request reserves its `estimate` first and is charged what it really
+/// produced, so an estimate too high is given back at once.
+fn summary_limiter() -> ratelimit::Limiter {
+    ratelimit::Limiter {
+        id: "inventory.summary-bytes".to_string(),
+        limit: SUMMARY_BYTES_PER_MINUTE,
+        window_ms: 60_000,
+        algorithm: Some(ratelimit::Algorithm::SlidingWindow),
+    }
+}
+/// The summary budget per user per minute, in bytes.
+pub const SUMMARY_BYTES_PER_MINUTE: u32 = 4_096;
+
+/// Summarize the stock table for the `x-user-id` user, reserving
+/// `estimate` bytes (default 1024) of their budget and settling the bytes
+/// the summary really took.
+fn summarize(request: &Request) -> Reply {
+    let Some(user) = request.user.as_deref().filter(|u| !u.is_empty()) else {
+        return Reply::error(400, "x-user-id", "the x-user-id header is required");
+    };
+    let limit = u64::from(SUMMARY_BYTES_PER_MINUTE);
+    let estimate = match optional_u64(request, "estimate", limit) {
+        Ok(estimate) => estimate.unwrap_or(1024).max(1) as u32,
+        Err(reply) => return reply,
+    };
+    let key = format!("user:{user}");
+    let mut guard = match ReservationGuard::reserve(summary_limiter(), &key, estimate, 60_000) {
+        Ok(Ok(guard)) => guard,
+        Ok(Err(limited)) => {
+            let seconds = limited.retry_after_ms.div_ceil(1000).max(1);
+            return Reply::with_status(
+                429,
+                json!({ "error": "summary budget spent", "retryAfterMs": limited.retry_after_ms }),
+            )
+            .header("retry-after", seconds.to_string());
+        }
+        Err(ratelimit::Error::InvalidArgument(bad)) => {
+            return Reply::error(400, &bad.field, &bad.reason);
+        }
+        Err(ratelimit::Error::Unavailable(why)) => return Reply::error(503, "ratelimit", &why),
+        Err(ratelimit::Error::Internal(why)) => return Reply::error(500, "ratelimit", &why),
+    };
+    let records = match records::list() {
+        Ok(records) => records,
+        Err(why) => {
+            // Nothing was produced: give the whole estimate back.
+            let _ = guard.settle_at(0);
+            return Reply::error(503, "store", &why);
+        }
+    };
+    let summary: Vec<_> = records
+        .into_iter()
+        .map(|(item, record)| json!({ "item": item, "stock": record.stock }))
+        .collect();
+    let summary = serde_json::Value::from(summary);
+    let used = summary
+        .to_string()
+        .len()
+        .min(SUMMARY_BYTES_PER_MINUTE as usize) as u32;
+    guard.record(used);
+    // Settled when the guard is dropped at the end of this function.
+    Reply::ok(json!({ "summary": summary, "reservedBytes": estimate, "usedBytes": used }))
 }
 
 fn join(request: &Request, item: &str, session: &str) -> Reply {

@@ -54,6 +54,7 @@ mod bindings {
             "coord:sync/lease@0.1.0": coord_sdk::lease,
             "coord:sync/ephemeral@0.1.0": coord_sdk::ephemeral,
             "coord:sync/ratelimit@0.1.0": coord_sdk::ratelimit,
+            "coord:sync/semaphore@0.1.0": coord_sdk::semaphore,
         },
         generate_all,
     });

@@ -24,6 +24,7 @@ impl Prefix {
     }
 }
 
+mod admission;
 mod command_line;
 mod compose;
 mod routes;
