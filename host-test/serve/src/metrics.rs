@@ -1,6 +1,6 @@
 //! What `coord serve` counts, in Prometheus' registry: requests by route
 //! class and status, their latency, store calls and errors by operation,
-//! lock outcomes, instances in use and pool rejections.
+//! lock and semaphore permit outcomes, instances in use and pool rejections.
 //!
 //! Store calls are counted by [`MeteredBackend`], a backend wrapper; lock
 //! outcomes are read off the store calls on lock partitions (an applied
@@ -149,6 +149,9 @@ pub struct ServeMetrics {
     pub store_errors: Family<StoreLabels, Counter>,
     /// Lock outcomes, as the store calls on lock partitions show them.
     pub lock_outcomes: Family<OutcomeLabels, Counter>,
+    /// Semaphore permit outcomes, read off the store calls on semaphore
+    /// partitions as the lock's are.
+    pub permit_outcomes: Family<OutcomeLabels, Counter>,
     /// Instances running a request now.
     pub instances_in_use: Gauge<i64, std::sync::atomic::AtomicI64>,
     /// Requests refused because every instance was in use.
@@ -165,6 +168,7 @@ impl Default for ServeMetrics {
         let store_calls = Family::<StoreLabels, Counter>::default();
         let store_errors = Family::<StoreLabels, Counter>::default();
         let lock_outcomes = Family::<OutcomeLabels, Counter>::default();
+        let permit_outcomes = Family::<OutcomeLabels, Counter>::default();
         let instances_in_use = Gauge::default();
         let pool_rejections = Counter::default();
         let mut registry = Registry::with_prefix("coord");
@@ -186,6 +190,11 @@ impl Default for ServeMetrics {
             lock_outcomes.clone(),
         );
         registry.register(
+            "permit_outcomes",
+            "Semaphore permits acquired, busy answers (every place taken), lost permits, and acquire attempts and extends the store failed",
+            permit_outcomes.clone(),
+        );
+        registry.register(
             "instances_in_use",
             "Instances running a request now",
             instances_in_use.clone(),
@@ -202,6 +211,7 @@ impl Default for ServeMetrics {
             store_calls,
             store_errors,
             lock_outcomes,
+            permit_outcomes,
             instances_in_use,
             pool_rejections,
             routes: Mutex::new(HashSet::new()),
@@ -282,23 +292,29 @@ impl MeteredBackend {
         if result.is_err() {
             self.metrics.store_errors.get_or_create(&labels).inc();
         }
-        let on_lock = partition.starts_with("~lock:");
-        if on_lock && let Some(outcome) = outcome(result.as_ref()) {
-            self.metrics
-                .lock_outcomes
-                .get_or_create(&OutcomeLabels { outcome })
-                .inc();
+        let family = if partition.starts_with("~lock:") {
+            &self.metrics.lock_outcomes
+        } else if partition.starts_with("~sem:") {
+            &self.metrics.permit_outcomes
+        } else {
+            return;
+        };
+        if let Some(outcome) = outcome(result.as_ref()) {
+            family.get_or_create(&OutcomeLabels { outcome }).inc();
         }
     }
 }
 
-/// The lock outcome a create-if-absent (an acquire attempt) shows; other
-/// writes show none.
+/// The outcome a create-if-absent (a lock's or a permit's acquire attempt)
+/// shows; other writes show none.
 fn attempt(
     result: Result<&WriteReply, &StoreError>,
     condition: &Condition,
 ) -> Option<&'static str> {
-    if !matches!(condition, Condition::Absent) {
+    if !matches!(
+        condition,
+        Condition::Absent | Condition::AbsentAndFewerThan(_)
+    ) {
         return None;
     }
     Some(match result {

@@ -116,6 +116,10 @@ async fn the_metrics_count_a_known_load() {
         .call("POST", "/items/h/adjust?delta=-1", None, "")
         .await;
     assert_eq!(busy.status, 409);
+    for _ in 0..3 {
+        let report = serve.call("POST", "/reports/acme", None, "").await;
+        assert_eq!(report.status, 200, "{}", report.json);
+    }
 
     let (status, text) = admin(port, "/metrics").await;
     assert_eq!(status, 200);
@@ -144,6 +148,15 @@ async fn the_metrics_count_a_known_load() {
     };
     assert_eq!(outcome("acquired"), 21.0, "20 adjusts and the held lock");
     assert_eq!(outcome("busy"), 1.0);
+    let permits = counter(
+        &scrape,
+        "coord_permit_outcomes_total",
+        &[("outcome", "acquired")],
+    );
+    assert_eq!(
+        permits, 3.0,
+        "one permit per report, none counted as a lock"
+    );
     assert_eq!(
         counter(
             &scrape,
