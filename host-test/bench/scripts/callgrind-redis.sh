@@ -56,18 +56,26 @@ store() {
 
 # unwatched.lua's one packed argument (its header gives the layout), on
 # Redis's clock, in redis-cli's escapes:
-#   packed OP CONDITION NUMBER KEY VALUE
-# op 2 put, 3 touch, 4 delete; condition 1 always, 2 absent; NUMBER the TTL
-# (-1 for none); no guard.
+#   packed OP CONDITION NUMBER KEY VALUE [GUARD]
+# op 2 put, 3 touch, 4 delete; condition 1 always, 2 absent, 5 absent and
+# fewer than GUARD; NUMBER the TTL (-1 for none); no guard value.
 packed() {
-  perl -e 'my ($op, $cond, $number, $key, $value) = @ARGV;
-    my $p = pack("CCd<d<d<", $op, $cond, -1, $number, 0)
+  perl -e 'my ($op, $cond, $number, $key, $value, $guard) = @ARGV;
+    my $p = pack("CCd<d<d<", $op, $cond, -1, $number, $guard // 0)
       . pack("V", length $key) . $key . pack("V", length $value) . $value . pack("V", 0);
     print join("", map { sprintf("\\x%02x", ord) } split(//, $p));' "$@"
 }
 acquire_input=$(packed 2 2 30000 holder 0123456789abcdef0123456789abcdef)
 release_input=$(packed 4 1 -1 holder '')
 touch_input=$(packed 3 1 30000 holder '')
+# A semaphore's permit: keyed by its owner token, holding its limit (10).
+permit=0123456789abcdef0123456789abcdef
+permit_acquire_input=$(packed 2 5 30000 "$permit" 10 10)
+permit_release_input=$(packed 4 1 -1 "$permit" '')
+# Nine other permits' acquires, keyed held0 to held8.
+for h in 0 1 2 3 4 5 6 7 8; do
+  declare "held_input_$h=$(packed 2 5 600000 "held$h" 10 10)"
+done
 
 # A call of it on an unwatched partition (a lock's): one key, one argument.
 unwatched() {
@@ -76,9 +84,10 @@ unwatched() {
 
 # A sliding-window check that consumes, on Redis's clock, with a limit of
 # 10 000 000, a window of 60 000 ms and a cost of 1, packed as the backend
-# packs it (two code bytes, then four little-endian doubles), in redis-cli's
+# packs it (two code bytes, then five little-endian doubles: the clock, the
+# limit, the window, the cost, and a refund's time, 0), in redis-cli's
 # escapes.
-meter_input='\x01\x01\x00\x00\x00\x00\x00\x00\xf0\xbf\x00\x00\x00\x00\xd0\x12\x63\x41\x00\x00\x00\x00\x00\x4c\xed\x40\x00\x00\x00\x00\x00\x00\xf0\x3f'
+meter_input='\x01\x01\x00\x00\x00\x00\x00\x00\xf0\xbf\x00\x00\x00\x00\xd0\x12\x63\x41\x00\x00\x00\x00\x00\x4c\xed\x40\x00\x00\x00\x00\x00\x00\xf0\x3f\x00\x00\x00\x00\x00\x00\x00\x00'
 
 # Values of the sizes of a lock's partition with its holder (92 bytes) and
 # without (18), for the commands-only lock, and of a meter's state and reply
@@ -97,6 +106,22 @@ workload() {
         # On the lock's unwatched partition, as the component names it.
         unwatched "$p" "$acquire_input"
         unwatched "$p" "$release_input" ;;
+      permit-pair)
+        # A semaphore's acquire (absent and fewer than 10) and release, on
+        # its unwatched partition, as the component names it.
+        unwatched "sem/bench/k$((i % 100))" "$permit_acquire_input"
+        unwatched "sem/bench/k$((i % 100))" "$permit_release_input" ;;
+      prefill-9|permit-pair-9-held)
+        # The same pair beside 9 permits held: the first 900 operations take
+        # them, with long TTLs (prefill-9 is those alone, subtracted below),
+        # and the pairs follow (N must be above 900).
+        if ((i < 900)); then
+          local held="held_input_$((i / 100))"
+          unwatched "sem/bench/k$((i % 100))" "${!held}"
+        elif [ "$1" = permit-pair-9-held ]; then
+          unwatched "sem/bench/k$((i % 100))" "$permit_acquire_input"
+          unwatched "sem/bench/k$((i % 100))" "$permit_release_input"
+        fi ;;
       watched-lock-pair)
         # The same pair on a watched partition (redis.lua: entries hash,
         # expiry index, change feed, a publish per write), as every lock
@@ -147,7 +172,7 @@ workload() {
 }
 
 baseline=0
-for w in baseline lock-pair watched-lock-pair upsert extend snapshot check plain-window-check commands-check bare-lock-pair fenced-lock-pair commands-lock-pair ping; do
+for w in baseline lock-pair permit-pair prefill-9 permit-pair-9-held watched-lock-pair upsert extend snapshot check plain-window-check commands-check bare-lock-pair fenced-lock-pair commands-lock-pair ping; do
   valgrind --tool=callgrind --toggle-collect=processCommand \
     --callgrind-out-file="$out/callgrind.$w.out" \
     "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
@@ -173,6 +198,14 @@ $(cat "$unwatched_lua")")
   total=$(sed -n 's/^summary: //p' "$out/callgrind.$w.out")
   if [ "$w" = baseline ]; then
     baseline=$total # the SCRIPT LOADs, which every run makes
+    continue
+  fi
+  if [ "$w" = prefill-9 ]; then
+    prefill=$total # the 900 acquires permit-pair-9-held starts with
+    continue
+  fi
+  if [ "$w" = permit-pair-9-held ]; then
+    printf '%-18s %10d instructions per operation (%d operations)\n' "$w" $(((total - prefill) / (n - 900))) $((n - 900))
     continue
   fi
   printf '%-18s %10d instructions per operation (%d operations)\n' "$w" $(((total - baseline) / n)) "$n"

@@ -96,6 +96,10 @@ struct Cli {
     /// the temporary directory, deleted afterwards).
     #[arg(long, value_name = "PATH")]
     sqlite: Option<std::path::PathBuf>,
+    /// Only the semaphore's permit pair beside the lock pair, in memory
+    /// and on Redis, at one task and at 64.
+    #[arg(long)]
+    semaphore: bool,
     /// A tenth of the samples.
     #[arg(long)]
     quick: bool,
@@ -236,11 +240,7 @@ async fn main() -> wasmtime::Result<()> {
         return cluster::compare(server, on_cluster, acked, cluster_urls, &prefix, effort).await;
     }
 
-    instance_costs()?;
-
     let memory: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
-    ops::per_operation("in memory", memory.clone(), None, effort).await?;
-
     let config = RedisConfig {
         prefix: format!("coordbench-{}", std::process::id()),
         ..RedisConfig::new(redis_url.clone())
@@ -250,6 +250,13 @@ async fn main() -> wasmtime::Result<()> {
             .await
             .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?,
     );
+    if cli.semaphore {
+        return ops::semaphore_beside_lock(memory, redis, effort).await;
+    }
+
+    instance_costs()?;
+    ops::per_operation("in memory", memory.clone(), None, effort).await?;
+
     ops::per_operation(
         "Redis (loopback)",
         redis.clone(),

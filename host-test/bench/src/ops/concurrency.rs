@@ -49,7 +49,7 @@ pub async fn concurrency(
     let runtime = Arc::new(Runtime::new(backend.clone())?);
     // The component's rate at 64 tasks, for the references' ratios.
     let mut at_64 = std::collections::HashMap::new();
-    for op in [Op::Check, Op::AcquireRelease] {
+    for op in [Op::Check, Op::AcquireRelease, Op::PermitPair] {
         for tasks in [1, TASKS] {
             let (mut component, mut native) = (Rounds::default(), Rounds::default());
             for _ in 0..ROUNDS {

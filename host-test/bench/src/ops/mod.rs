@@ -16,6 +16,8 @@ use crate::measure::failed;
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Op {
     AcquireRelease,
+    /// A semaphore permit's acquire (limit [`PERMITS`]) and release.
+    PermitPair,
     Acquire,
     Extend,
     Check,
@@ -24,8 +26,9 @@ pub(crate) enum Op {
     Snapshot100,
 }
 
-const OPS: [Op; 7] = [
+const OPS: [Op; 8] = [
     Op::AcquireRelease,
+    Op::PermitPair,
     Op::Acquire,
     Op::Extend,
     Op::Check,
@@ -34,6 +37,9 @@ const OPS: [Op; 7] = [
     Op::Snapshot100,
 ];
 pub(crate) const LOCK_ID: &str = "bench.lock";
+/// The semaphore the permit pairs use, and its limit.
+pub(crate) const SEMAPHORE_ID: &str = "bench.semaphore";
+pub(crate) const PERMITS: u32 = 10;
 
 pub(crate) fn space() -> Space {
     Space {
@@ -83,6 +89,23 @@ pub(crate) async fn component_op(op: Op, i: &mut Instance, n: &str) -> wasmtime:
                 .await?
                 .map_err(|e| failed(&format!("{e:?}")))?;
         }
+        Op::PermitPair => {
+            let options = coord_host::semaphore::AcquireOptions::new()
+                .ttl_ms(30_000)
+                .no_wait();
+            let coord_host::semaphore::AcquireOutcome::Acquired(permit) = i
+                .semaphore()
+                .acquire(SEMAPHORE_ID, n, PERMITS, options)
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?
+            else {
+                return Err(failed("busy"));
+            };
+            i.semaphore()
+                .release(&permit)
+                .await?
+                .map_err(|e| failed(&format!("{e:?}")))?;
+        }
         Op::Extend | Op::Acquire => return Err(failed("measured by a function of its own")),
         Op::Check => {
             i.ratelimit()
@@ -127,6 +150,24 @@ async fn native_op(op: Op, b: &dyn Backend, n: &str) -> wasmtime::Result<()> {
                 .await
                 .map_err(err)?;
         }
+        Op::PermitPair => {
+            let partition = keys::semaphore_partition(SEMAPHORE_ID, n);
+            // A fixed token: each task has its own resource.
+            let owner = "0123456789abcdef0123456789abcdef";
+            let place = Condition::AbsentAndFewerThan(PERMITS);
+            let reply = b
+                .put(&partition, owner, b"10", Some(30_000), &place)
+                .await
+                .map_err(err)?;
+            let coord_host::backend::Outcome::Applied(entry) = reply.outcome else {
+                return Err(failed("busy"));
+            };
+            let guard = Condition::RevisionAndValue(coord_host::backend::Guard {
+                revision: entry.revision,
+                value: entry.value,
+            });
+            b.delete(&partition, owner, &guard).await.map_err(err)?;
+        }
         Op::Extend | Op::Acquire => return Err(failed("measured by a function of its own")),
         Op::Check => {
             b.meter(
@@ -168,6 +209,8 @@ async fn native_op(op: Op, b: &dyn Backend, n: &str) -> wasmtime::Result<()> {
 
 mod concurrency;
 mod handoff;
+mod semaphore;
+pub use semaphore::semaphore_beside_lock;
 mod per_operation;
 mod profile;
 mod tasks;

@@ -65,27 +65,11 @@ pub async fn per_operation(
                 time_extend(&mut i, backend.as_ref(), redis_backend.as_ref(), effort).await?
             }
             Op::Acquire => time_acquire(&mut i, backend.as_ref(), &redis_backend, effort).await?,
-            _ => {
-                let mut row = Row::default();
-                for n in 0..effort.reps {
-                    let key = format!("k{}", n % 100);
-                    let (calls0, trips0) = (i.store_calls(), trips(&redis_backend));
-                    let start = Instant::now();
-                    component_op(op, &mut i, &key).await?;
-                    row.component.push(start.elapsed());
-                    row.calls += i.store_calls() - calls0;
-                    row.trips += trips(&redis_backend) - trips0;
-
-                    let start = Instant::now();
-                    native_op(op, backend.as_ref(), &key).await?;
-                    row.native.push(start.elapsed());
-                    row.ping(&redis_backend).await?;
-                }
-                row
-            }
+            _ => time_op(op, &mut i, backend.as_ref(), &redis_backend, effort.reps).await?,
         };
         let name = match op {
             Op::AcquireRelease => "acquire+release",
+            Op::PermitPair => "permit pair",
             Op::Acquire => "acquire alone",
             Op::Extend => "extend",
             Op::Check => "ratelimit check",
@@ -100,6 +84,34 @@ pub async fn per_operation(
     }
     println!();
     Ok(())
+}
+
+/// `op` `reps` times on keys `k0`…`k99`, through instance `i` and natively
+/// on `backend` in turns, each followed by a PING on Redis: a row of the
+/// per-operation table, with the store calls and round trips counted.
+pub(crate) async fn time_op(
+    op: Op,
+    i: &mut Instance,
+    backend: &dyn Backend,
+    redis: &Option<Arc<RedisBackend>>,
+    reps: usize,
+) -> wasmtime::Result<Row> {
+    let mut row = Row::default();
+    for n in 0..reps {
+        let key = format!("k{}", n % 100);
+        let (calls0, trips0) = (i.store_calls(), trips(redis));
+        let start = Instant::now();
+        component_op(op, i, &key).await?;
+        row.component.push(start.elapsed());
+        row.calls += i.store_calls() - calls0;
+        row.trips += trips(redis) - trips0;
+
+        let start = Instant::now();
+        native_op(op, backend, &key).await?;
+        row.native.push(start.elapsed());
+        row.ping(redis).await?;
+    }
+    Ok(row)
 }
 
 /// One row of the per-operation table: samples and counters.
