@@ -5,7 +5,10 @@
 use super::*;
 use crate::common::history;
 
-per_backend!(semaphore_histories_are_linearizable,);
+per_backend!(
+    semaphore_histories_are_linearizable,
+    semaphore_histories_with_every_release_refused_are_linearizable,
+);
 
 /// The semaphore as a sequential model. Every grant reports the store's
 /// time (`expires-at - ttl`) and every busy answer names the permit that
@@ -23,9 +26,18 @@ enum SemIn {
 
 #[derive(Debug, Clone)]
 enum SemOut {
-    Acquired { fence: u64, expires_at: u64 },
-    Busy { fence: u64, remaining: u64 },
+    Acquired {
+        fence: u64,
+        expires_at: u64,
+    },
+    Busy {
+        fence: u64,
+        remaining: u64,
+    },
     Released(bool),
+    /// The release answered `unavailable`: the store refused every delete,
+    /// so the permit stays until its TTL runs out.
+    ReleaseRefused,
 }
 
 /// (the live permits' fences and expiries, in fence order; the highest
@@ -79,6 +91,8 @@ impl history::Model for SemaphoreModel {
                     (rest, *highest, *time)
                 })
             }
+            // Nothing was deleted: the permit holds its place until it expires.
+            (SemIn::Release(_), SemOut::ReleaseRefused) => Some((held.clone(), *highest, *time)),
             (SemIn::Release(fence), SemOut::Released(false)) => {
                 match held.iter().find(|(f, _)| f == fence) {
                     // Its own permit refused: it must have expired by then.
@@ -95,9 +109,26 @@ impl history::Model for SemaphoreModel {
 }
 
 async fn semaphore_histories_are_linearizable(h: Harness) {
+    record_and_check(h, false).await;
+}
+
+/// The store refuses every delete (a partial outage): each release is
+/// `unavailable`, nothing is freed but by expiry, and still nobody gets a
+/// place the model does not have free.
+async fn semaphore_histories_with_every_release_refused_are_linearizable(h: Harness) {
+    record_and_check(h, true).await;
+}
+
+async fn record_and_check(h: Harness, deletes_down: bool) {
     const CLIENTS: u64 = 5;
     const LIMIT: usize = 2;
-    let runtime = Arc::new(Runtime::new(h.backend.clone()).unwrap());
+    let faulty = Arc::new(coord_testing::faulty::FaultyBackend::new(
+        h.backend.clone(),
+        5,
+    ));
+    faulty.set_deletes_down(deletes_down);
+    let runtime = Arc::new(Runtime::new(faulty).unwrap());
+    let refused = Arc::new(AtomicUsize::new(0));
     let lapsed = Arc::new(AtomicUsize::new(0));
     // Busy answers: the full semaphore went untested without them.
     let busy = Arc::new(AtomicUsize::new(0));
@@ -105,11 +136,12 @@ async fn semaphore_histories_are_linearizable(h: Harness) {
         let recorder = Arc::new(history::Recorder::<SemIn, SemOut>::default());
         let mut tasks = Vec::new();
         for c in 0..CLIENTS {
-            let (runtime, recorder, lapsed, busy) = (
+            let (runtime, recorder, lapsed, busy, refused) = (
                 runtime.clone(),
                 recorder.clone(),
                 lapsed.clone(),
                 busy.clone(),
+                refused.clone(),
             );
             let clock = h.clone_clock();
             tasks.push(tokio::spawn(async move {
@@ -137,11 +169,19 @@ async fn semaphore_histories_are_linearizable(h: Harness) {
                                 clock.advance(ttl + 1);
                             }
                             let t = recorder.invoke();
-                            let released = i.semaphore().release(&permit).await.unwrap().unwrap();
-                            if !released {
-                                lapsed.fetch_add(1, Ordering::SeqCst);
-                            }
-                            let out = SemOut::Released(released);
+                            let out = match i.semaphore().release(&permit).await.unwrap() {
+                                Ok(released) => {
+                                    if !released {
+                                        lapsed.fetch_add(1, Ordering::SeqCst);
+                                    }
+                                    SemOut::Released(released)
+                                }
+                                Err(Error::Unavailable(_)) => {
+                                    refused.fetch_add(1, Ordering::SeqCst);
+                                    SemOut::ReleaseRefused
+                                }
+                                Err(other) => panic!("a release failed otherwise: {other:?}"),
+                            };
                             recorder.returned(t, SemIn::Release(permit.fence), out);
                         }
                         AcquireOutcome::Busy(holder) => {
@@ -165,10 +205,14 @@ async fn semaphore_histories_are_linearizable(h: Harness) {
             "not linearizable: {history:#?}"
         );
     }
-    assert!(
-        lapsed.load(Ordering::SeqCst) > 0,
-        "no permit lapsed: expiry went untested"
-    );
+    if deletes_down {
+        assert!(refused.load(Ordering::SeqCst) > 0, "no release was refused");
+    } else {
+        assert!(
+            lapsed.load(Ordering::SeqCst) > 0,
+            "no permit lapsed: expiry went untested"
+        );
+    }
     assert!(
         busy.load(Ordering::SeqCst) > 0,
         "never full: the limit went untested"
@@ -228,6 +272,15 @@ fn the_semaphore_model_refuses_what_it_must() {
         op(3, acquire(10), granted(3, 60)),
     ];
     assert!(history::linearizable(&m, &after_expiry));
+    // A release the store refused frees nothing: no third permit before
+    // an expiry.
+    let refused = [
+        op(0, acquire(100), granted(1, 100)),
+        op(1, acquire(100), granted(2, 100)),
+        op(2, SemIn::Release(1), SemOut::ReleaseRefused),
+        op(3, acquire(100), granted(3, 100)),
+    ];
+    assert!(!history::linearizable(&m, &refused));
     assert!(
         m.step(&m.init(), &acquire(1), &SemOut::Released(true))
             .is_none()
