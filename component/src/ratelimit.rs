@@ -118,6 +118,7 @@ fn check_limiter(limiter: &Limiter, key: &str) -> Result<(), Invalid> {
     validate::name("key", key, MAX_NAME_BYTES)
 }
 
+mod issued;
 mod reservations;
 #[cfg(test)]
 mod tests;

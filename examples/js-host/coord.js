@@ -429,7 +429,7 @@ export function rateLimiter(options) {
     return { decision: decision(d), reservation: reservation ?? null };
   }
 
-  /** Settle a reservation with the units really used: 'settled', 'already-settled' or 'expired'. */
+  /** Settle a reservation with the units really used: 'settled', 'already-settled', 'expired' or 'unknown' (the store has no record of it: forged, edited or long gone). */
   function settle(reservation, actual) {
     const r = arg.reservation(reservation);
     const units = arg.u32('actual', actual);

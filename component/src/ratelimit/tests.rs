@@ -153,13 +153,23 @@ mod reservations {
         let limits = RateLimits::new(&store);
         let fixed = limiter(Some(Algorithm::FixedWindow));
         let r = reserve(&limits, 3, 500).expect("3 of 3 fit");
-        assert_eq!(store.calls.get(), 1, "a reserve is one store call");
+        assert_eq!(
+            store.calls.get(),
+            2,
+            "a reserve is two store calls: the count, the record"
+        );
         assert_eq!((r.cost, r.reserved_at, r.expires_at), (3, 10_000, 10_500));
         assert!(
             reserve(&limits, 1, 500).is_none(),
             "full: limited, nothing reserved"
         );
+        let calls = store.calls.get();
         assert_eq!(limits.settle(&fixed, &r, 1).unwrap(), Settled::Settled);
+        assert_eq!(
+            store.calls.get() - calls,
+            3,
+            "read the record, claim it, refund"
+        );
         assert_eq!(limits.peek(&fixed, "user:1").unwrap().remaining, 2);
         assert_eq!(
             limits.settle(&fixed, &r, 0).unwrap(),
@@ -180,18 +190,99 @@ mod reservations {
     }
 
     #[test]
-    fn an_unsettled_reservation_expires_counting_in_full() {
+    fn an_unsettled_reservation_expires_counting_in_full_and_says_so_again() {
         let store = FakeStore::new(10_000);
         let limits = RateLimits::new(&store);
         let fixed = limiter(Some(Algorithm::FixedWindow));
         let r = reserve(&limits, 2, 100).unwrap();
-        store.advance(100);
+        store.advance(99);
+        let early = reserve(&limits, 1, 100).unwrap();
+        // One millisecond before `expires-at` it still settles...
+        let before = limits.check(&fixed, "user:1", None).unwrap();
+        assert!(!before.allowed, "3 of 3 reserved");
+        assert_eq!(limits.cancel(&fixed, &early).unwrap(), Settled::Settled);
+        // ...and at `expires-at` it is expired, for every later call too.
+        store.advance(1);
+        assert_eq!(store.clock(), r.expires_at);
         assert_eq!(limits.cancel(&fixed, &r).unwrap(), Settled::Expired);
+        assert_eq!(limits.cancel(&fixed, &r).unwrap(), Settled::Expired);
+        store.advance(99);
+        assert_eq!(limits.settle(&fixed, &r, 1).unwrap(), Settled::Expired);
         assert_eq!(
             limits.peek(&fixed, "user:1").unwrap().remaining,
             1,
             "counted in full"
         );
+        // Kept as long again past `expires-at`; then the store has no record.
+        store.advance(1);
+        assert_eq!(limits.cancel(&fixed, &r).unwrap(), Settled::Unknown);
+    }
+
+    #[test]
+    fn a_reservation_handed_back_edited_or_made_up_refunds_nothing() {
+        let store = FakeStore::new(10_000);
+        let limits = RateLimits::new(&store);
+        let fixed = Limiter {
+            limit: 10,
+            window_ms: 3_600_000,
+            ..limiter(Some(Algorithm::FixedWindow))
+        };
+        let entropy = CountingEntropy::default();
+        let remaining = |key: &str| limits.peek(&fixed, key).unwrap().remaining;
+        let six = limits
+            .reserve(&fixed, "user:1", 6, 1_000, &entropy)
+            .unwrap()
+            .reservation
+            .unwrap();
+        assert_eq!(remaining("user:1"), 4);
+
+        // A made-up token on the same key: no record, nothing given back.
+        let made_up = Reservation {
+            token: "0123456789abcdef0123456789abcdef".into(),
+            ..six.clone()
+        };
+        for _ in 0..5 {
+            assert_eq!(limits.cancel(&fixed, &made_up).unwrap(), Settled::Unknown);
+        }
+        assert_eq!(remaining("user:1"), 4, "made-up tokens refund nothing");
+
+        // The genuine token moved to another user's key: no record there.
+        limits.check(&fixed, "user:2", Some(10)).unwrap();
+        let moved = Reservation {
+            key: "user:2".into(),
+            ..six.clone()
+        };
+        assert_eq!(limits.cancel(&fixed, &moved).unwrap(), Settled::Unknown);
+        assert_eq!(remaining("user:2"), 0, "another key is not refunded");
+
+        // Its cost raised and its times moved: the record decides, so the
+        // cancel gives back the 6 reserved, not 10, and settles once.
+        let edited = Reservation {
+            cost: 10,
+            reserved_at: six.expires_at - 1,
+            expires_at: six.expires_at + 86_400_000,
+            ..six.clone()
+        };
+        assert_eq!(limits.cancel(&fixed, &edited).unwrap(), Settled::Settled);
+        assert_eq!(remaining("user:1"), 10, "6 given back, and only 6");
+        assert_eq!(
+            limits.cancel(&fixed, &edited).unwrap(),
+            Settled::AlreadySettled
+        );
+
+        // A reservation's `expires-at` moved later does not keep it open.
+        let late = limits
+            .reserve(&fixed, "user:1", 4, 1_000, &entropy)
+            .unwrap()
+            .reservation
+            .unwrap();
+        store.advance(1_000);
+        let stretched = Reservation {
+            expires_at: late.expires_at + 60_000,
+            ..late
+        };
+        assert_eq!(limits.cancel(&fixed, &stretched).unwrap(), Settled::Expired);
+        assert_eq!(remaining("user:1"), 6, "the 4 count in full");
     }
 
     #[test]
@@ -239,27 +330,6 @@ mod reservations {
                 "reservation.key",
                 Reservation {
                     key: String::new(),
-                    ..good.clone()
-                },
-            ),
-            (
-                "reservation.cost",
-                Reservation {
-                    cost: 0,
-                    ..good.clone()
-                },
-            ),
-            (
-                "reservation.cost",
-                Reservation {
-                    cost: 4,
-                    ..good.clone()
-                },
-            ),
-            (
-                "reservation.expires-at",
-                Reservation {
-                    expires_at: 0,
                     ..good.clone()
                 },
             ),

@@ -173,6 +173,8 @@ function wrapperTests() {
     assert.equal(tokens.settle(reservation, 2), 'settled');
     assert.equal(tokens.peek(key).remaining, 8);
     assert.equal(tokens.cancel(reservation), 'already-settled');
+    // Only the store's record decides: a made-up token gives nothing back.
+    assert.equal(tokens.cancel({ ...reservation, token: '0'.repeat(32), cost: 10 }), 'unknown');
     const refused = tokens.reserve(key, 9, 60000);
     assert.equal(refused.decision.limited, true);
     assert.equal(refused.reservation, null);

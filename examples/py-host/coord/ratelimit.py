@@ -92,7 +92,9 @@ class RateLimitAPI:
 
     def settle(self, limiter: Limiter, reservation: Reservation, actual: int) -> str:
         """Settle ``reservation`` with the units really used: ``"settled"``,
-        ``"already-settled"`` or ``"expired"`` (it then counts in full)."""
+        ``"already-settled"``, ``"expired"`` (it then counts in full) or
+        ``"unknown"`` (the store holds no record of it: forged, edited, or
+        kept past twice its TTL); only the store's record decides."""
         return self._call("ratelimit", "settle", limiter._record(),
                           _reservation_record(reservation), whole("actual", actual, U32))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import coord
@@ -68,6 +70,10 @@ def test_a_reservation_settles_to_the_real_cost_once(backend, name):
     assert c.settle(tokens, r, 2) == "settled"
     assert c.peek_limit(tokens, "tenant:1").remaining == 8
     assert c.cancel(tokens, r) == "already-settled"
+    # Only the store's record decides: a made-up token gives nothing back.
+    forged = dataclasses.replace(r, token="0" * 32, cost=10)
+    assert c.cancel(tokens, forged) == "unknown"
+    assert c.peek_limit(tokens, "tenant:1").remaining == 8
     limited, none = c.reserve(tokens, "tenant:1", 9, 60_000)
     assert limited.limited and none is None
     with pytest.raises(coord.InvalidArgument) as e:

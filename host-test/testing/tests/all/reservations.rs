@@ -16,6 +16,7 @@ per_backend!(
     a_settle_for_less_gives_back_and_for_more_charges_for_every_algorithm,
     racing_settles_and_expiries_count_each_reservation_exactly_once,
     a_reset_between_reserve_and_settle_never_leaves_more_than_the_limit,
+    a_forged_edited_or_replayed_reservation_refunds_nothing,
 );
 
 fn limiter(limit: u32, algorithm: Algorithm) -> Limiter {
@@ -44,7 +45,11 @@ async fn a_settle_for_less_gives_back_and_for_more_charges_for_every_algorithm(h
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(i.store_calls() - calls, 1, "a reserve is one store call");
+        assert_eq!(
+            i.store_calls() - calls,
+            2,
+            "a reserve is two store calls: the count, the record"
+        );
         assert!(reserved.decision.allowed);
         assert_eq!(reserved.decision.remaining, 2);
         let r = reserved.reservation.expect("allowed: a reservation");
@@ -61,7 +66,11 @@ async fn a_settle_for_less_gives_back_and_for_more_charges_for_every_algorithm(h
         let calls = i.store_calls();
         let settled = i.ratelimit().settle(&l, &r, 2).await.unwrap().unwrap();
         assert_eq!(settled, Settled::Settled);
-        assert_eq!(i.store_calls() - calls, 2, "mark, then refund");
+        assert_eq!(
+            i.store_calls() - calls,
+            3,
+            "read the record, claim it, refund"
+        );
         let peek = i.ratelimit().peek(&l, &key).await.unwrap().unwrap();
         assert_eq!(peek.remaining, 8, "{algorithm:?}: 6 of 8 given back");
         let again = i.ratelimit().cancel(&l, &r).await.unwrap().unwrap();
@@ -208,4 +217,88 @@ async fn a_reset_between_reserve_and_settle_never_leaves_more_than_the_limit(h: 
             "{algorithm:?}: {allowed} allowed after the reset and refund"
         );
     }
+}
+
+/// The outside testers' attacks (issue 48, item 7), on a fixed window of 10:
+/// a reservation of 6 with its cost edited to 10, made-up tokens on a full
+/// key, a genuine token moved to another user's key, and a replay with
+/// `reserved-at` moved to just before `expires-at`. Every one of them
+/// used to give back budget; none may.
+async fn a_forged_edited_or_replayed_reservation_refunds_nothing(h: Harness) {
+    let rt = h.runtime();
+    let mut i = rt.instantiate().await.unwrap();
+    let l = limiter(10, Algorithm::FixedWindow);
+    let six = i
+        .ratelimit()
+        .reserve(&l, "user:ann", 6, 60_000)
+        .await
+        .unwrap()
+        .unwrap()
+        .reservation
+        .unwrap();
+    i.ratelimit()
+        .check(&l, "user:ann", Some(4))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        remaining(&mut i, &l, "user:ann").await,
+        0,
+        "ann's key is full"
+    );
+
+    // Five made-up tokens on the full key: no record, nothing back.
+    for n in 0..5u8 {
+        let made_up = Reservation {
+            token: format!("{:032x}", u128::from(n) * 0x1111),
+            cost: 10,
+            ..six.clone()
+        };
+        let answer = i.ratelimit().cancel(&l, &made_up).await.unwrap().unwrap();
+        assert_eq!(answer, Settled::Unknown, "made-up token {n}");
+    }
+    assert_eq!(remaining(&mut i, &l, "user:ann").await, 0, "nothing minted");
+
+    // The genuine token moved to bob's full key: bob gets nothing back.
+    i.ratelimit()
+        .check(&l, "user:bob", Some(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let moved = Reservation {
+        key: "user:bob".into(),
+        ..six.clone()
+    };
+    let answer = i.ratelimit().cancel(&l, &moved).await.unwrap().unwrap();
+    assert_eq!(answer, Settled::Unknown);
+    assert_eq!(
+        remaining(&mut i, &l, "user:bob").await,
+        0,
+        "bob not refunded"
+    );
+
+    // Its cost edited to 10 and its times moved: the store's record says 6.
+    let edited = Reservation {
+        cost: 10,
+        reserved_at: six.expires_at - 1,
+        ..six.clone()
+    };
+    let answer = i.ratelimit().cancel(&l, &edited).await.unwrap().unwrap();
+    assert_eq!(answer, Settled::Settled);
+    assert_eq!(
+        remaining(&mut i, &l, "user:ann").await,
+        6,
+        "the 6 reserved came back, not 10"
+    );
+    // Replayed, as edited and as issued: settled once only.
+    for again in [&edited, &six] {
+        let answer = i.ratelimit().cancel(&l, again).await.unwrap().unwrap();
+        assert_eq!(answer, Settled::AlreadySettled);
+    }
+    assert_eq!(remaining(&mut i, &l, "user:ann").await, 6);
+}
+
+/// Units still available to `key` under `l`, counting nothing.
+async fn remaining(i: &mut coord_host::Instance, l: &Limiter, key: &str) -> u32 {
+    i.ratelimit().peek(l, key).await.unwrap().unwrap().remaining
 }
