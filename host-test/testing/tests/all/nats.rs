@@ -95,8 +95,17 @@ async fn the_clock_is_the_servers_and_expiry_happens_on_it() {
             .unwrap(),
     );
     assert_eq!(put.expires_at, Some(put.updated_at + 150));
-    assert!(backend.get("p", "k").await.unwrap().entry.is_some());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Live when read before its expiry (a busy machine may read later).
+    let early = backend.get("p", "k").await.unwrap();
+    assert_eq!(
+        early.entry.is_some(),
+        early.now < put.updated_at + 150,
+        "read at {}",
+        early.now
+    );
+    while backend.now().await.unwrap() <= put.updated_at + 150 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let read = backend.get("p", "k").await.unwrap();
     assert!(
         read.entry.is_none(),

@@ -182,12 +182,17 @@ async fn rediss_urls_reach_a_tls_only_server() {
 #[tokio::test]
 async fn after_every_ttl_and_the_retention_pass_no_key_remains() {
     bounded(async {
-        // Redis's own key expiry runs on real time: a short TTL and retention
-        // keep this to a fraction of a second.
+        // Redis's own key expiry runs on real time, so the count of the
+        // keys written is asserted only when it was taken (on Redis's
+        // clock) before the shortest TTL could run out: a busy machine that
+        // stalls this test past it may find fewer, and that is no defect.
+        // Every key must go afterwards, however slow the machine.
+        const TTL: u64 = 1_000;
         let (backend, mut i, prefix, url) = with_retention(50).await;
-        held(acquire(&mut i, no_wait(50)).await);
+        let written_from = backend.now().await.unwrap();
+        held(acquire(&mut i, no_wait(TTL)).await);
         backend
-            .put("eph", "a", b"v", Some(50), &Condition::Always)
+            .put("eph", "a", b"v", Some(TTL), &Condition::Always)
             .await
             .unwrap();
         let client = redis::Client::open(url.as_str()).unwrap();
@@ -198,12 +203,16 @@ async fn after_every_ttl_and_the_retention_pass_no_key_remains() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert_eq!(
-            keys.len(),
-            4,
-            "a lock's one key and an ephemeral partition's three were written: {keys:?}"
-        );
-        for _ in 0..250 {
+        if backend.now().await.unwrap() < written_from + TTL {
+            assert_eq!(
+                keys.len(),
+                4,
+                "a lock's one key and an ephemeral partition's three were written: {keys:?}"
+            );
+        }
+        // Redis expires keys as it samples them: bounded by the test's
+        // watchdog, not by a speed.
+        for _ in 0..3_000 {
             if keys.is_empty() {
                 return;
             }
