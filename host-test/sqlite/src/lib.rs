@@ -40,21 +40,34 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use coord_host::backend::{DEFAULT_RETENTION_MS, StoreError};
 use coord_host::clock::{Clock, ManualClock, SystemClock};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+mod file;
 mod store;
 mod transact;
+
+use file::FileId;
 
 /// The longest pause between two checks of a waiter in another process
 /// than the writer's, by default.
 pub const RECHECK_MS: u64 = 50;
+
+/// What SQLite says of a write on a connection it opened read-only (it
+/// does so, for good, when the file could not be written at open; and
+/// `sqlite3_db_readonly` does not always tell).
+const READ_ONLY_ERROR: &str = "attempt to write a readonly database";
+
+/// How often a connection that SQLite opened read-only (the file was not
+/// writable then) is opened again, to see whether the file takes writes now.
+const REOPEN_EVERY: Duration = Duration::from_secs(1);
 
 /// Where the database is and how to keep partitions there.
 #[derive(Debug, Clone)]
@@ -66,8 +79,9 @@ pub struct SqliteConfig {
     pub history: usize,
     /// How long a partition's row outlives its last live entry, in ms.
     pub retention_ms: u64,
-    /// How long a call waits for another process's write to finish before
-    /// it answers `unavailable`.
+    /// The longest a call waits, in all, before it answers `unavailable`:
+    /// for this process's calls before it (one connection takes one call
+    /// at a time) and for another process's write to finish.
     pub busy_timeout: Duration,
     /// The longest pause between a waiter's checks of its partition.
     pub recheck: Duration,
@@ -93,16 +107,36 @@ impl SqliteConfig {
     }
 }
 
-/// The store on SQLite. One connection, used by one call at a time; calls
-/// of other processes on the same file take turns with it.
+/// The store on SQLite. One connection, used by one call at a time, each
+/// on a thread for blocking work so that the caller's task stays free to
+/// give up at its deadline; calls of other processes on the same file take
+/// turns with it.
 pub struct SqliteBackend {
-    config: SqliteConfig,
-    connection: Arc<Mutex<Connection>>,
-    clock: SystemClock,
+    shared: Arc<Shared>,
+    /// Taken in arrival order; a call that cannot have it within the busy
+    /// timeout answers `unavailable`. `None` while a connection opened
+    /// read-only was closed and no new one could be opened yet.
+    connection: Arc<tokio::sync::Mutex<Option<Connection>>>,
     /// Writes of this process: (partition, revision).
     notifications: broadcast::Sender<(String, u64)>,
     asleep: Mutex<HashMap<String, usize>>,
     collecting: JoinHandle<()>,
+}
+
+/// What a call needs on its blocking thread besides the connection.
+struct Shared {
+    config: SqliteConfig,
+    clock: SystemClock,
+    /// The identity of the file opened (none in memory).
+    opened: Option<FileId>,
+    /// Set once the path no longer names the file opened: why every call
+    /// is refused from then on.
+    lost: Mutex<Option<String>>,
+    /// Set when a write failed as SQLite's read-only error: the
+    /// connection may have been opened read-only, and is opened again.
+    read_only: std::sync::atomic::AtomicBool,
+    /// When a read-only connection was last opened again.
+    reopened: Mutex<Option<Instant>>,
 }
 
 impl Drop for SqliteBackend {
@@ -117,58 +151,35 @@ fn unavailable(error: impl std::fmt::Display) -> StoreError {
 }
 
 impl SqliteBackend {
-    /// Open (or make) the database and its table, in WAL mode.
+    /// Open (or make) the database and its tables, in WAL mode.
     pub async fn open(config: SqliteConfig) -> Result<Self, StoreError> {
-        let connection = match &config.path {
-            Some(path) => Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_WRITE
-                    | OpenFlags::SQLITE_OPEN_CREATE
-                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            ),
-            None => Connection::open_in_memory(),
-        }
-        .map_err(|e| match &config.path {
-            Some(path) => unavailable(format!("opening {}: {e}", path.display())),
-            None => unavailable(e),
-        })?;
-        connection
-            .busy_timeout(config.busy_timeout)
-            .map_err(unavailable)?;
-        if config.path.is_some() {
-            // journal_mode answers with the mode it set: a row to read.
-            let mode: String = connection
-                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-                .map_err(unavailable)?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                return Err(unavailable(format!(
-                    "the database would not take WAL mode (it is in {mode})"
-                )));
-            }
-        }
-        connection
-            .execute_batch(
-                "PRAGMA synchronous = NORMAL;
-                 CREATE TABLE IF NOT EXISTS coord_partitions (
-                   name BLOB PRIMARY KEY,
-                   decided_at INTEGER NOT NULL,
-                   state BLOB NOT NULL,
-                   collect_at INTEGER
-                 );
-                 CREATE INDEX IF NOT EXISTS coord_partitions_collect_at
-                   ON coord_partitions (collect_at);",
-            )
-            .map_err(unavailable)?;
-        let connection = Arc::new(Mutex::new(connection));
-        let (notifications, _) = broadcast::channel(1024);
-        let collecting = tokio::spawn(collect(connection.clone(), config.clone()));
-        Ok(SqliteBackend {
+        let connection = file::connect(&config)?;
+        let opened = match &config.path {
+            Some(path) => Some(FileId::of(path).map_err(|e| {
+                unavailable(format!(
+                    "the database {} cannot be checked: {e}",
+                    path.display()
+                ))
+            })?),
+            None => None,
+        };
+        let shared = Arc::new(Shared {
             config: SqliteConfig {
                 history: config.history.max(1),
                 ..config
             },
-            connection,
             clock: SystemClock,
+            opened,
+            lost: Mutex::new(None),
+            read_only: std::sync::atomic::AtomicBool::new(false),
+            reopened: Mutex::new(None),
+        });
+        let connection = Arc::new(tokio::sync::Mutex::new(Some(connection)));
+        let (notifications, _) = broadcast::channel(1024);
+        let collecting = tokio::spawn(collect(connection.clone(), shared.clone()));
+        Ok(SqliteBackend {
+            shared,
+            connection,
             notifications,
             asleep: Mutex::new(HashMap::new()),
             collecting,
@@ -178,35 +189,43 @@ impl SqliteBackend {
     /// The store's now: the test clock's when a test gave one, else this
     /// host's.
     fn now_ms(&self) -> u64 {
-        self.now_us() / 1000
+        self.shared.now_us() / 1000
     }
 
-    /// [`Self::now_ms`] in microseconds, the floor of revisions.
-    fn now_us(&self) -> u64 {
-        match &self.config.test_clock {
-            Some(clock) => clock.now_us(),
-            None => self.clock.now_us(),
-        }
+    /// Run `work` on the connection, on a thread for blocking work, within
+    /// the busy timeout from now: the wait for this process's earlier calls
+    /// and then for another process's write lock together.
+    async fn with_connection<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Shared, &mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        run(&self.connection, &self.shared, work).await
     }
 
-    /// `unavailable` when the database is open read-only (SQLite falls back
-    /// to that when the file is not writable by this process): calls that
-    /// only read still answer, every write would fail.
-    fn writable(&self) -> Result<(), StoreError> {
-        let connection = self.connection.lock().map_err(unavailable)?;
-        if connection
-            .is_readonly(rusqlite::MAIN_DB)
-            .map_err(unavailable)?
-        {
-            return Err(unavailable(format!(
-                "the database {} is read-only to this process: no call can write",
-                self.config
-                    .path
-                    .as_ref()
-                    .map_or("in memory".into(), |p| p.display().to_string())
-            )));
-        }
-        Ok(())
+    /// Whether the file takes a write now: the probe row rewritten and
+    /// committed. A read-only file, a full disk, an immutable write-ahead
+    /// log or a write lock held past the busy timeout: no.
+    async fn probe(&self) -> Result<(), StoreError> {
+        self.with_connection(|shared, connection| {
+            if connection
+                .is_readonly(rusqlite::MAIN_DB)
+                .map_err(unavailable)?
+            {
+                return Err(unavailable(format!(
+                    "the database {} is read-only to this process: no call can write",
+                    shared.place()
+                )));
+            }
+            let now = i64::try_from(shared.now_us() / 1000).unwrap_or(i64::MAX);
+            connection
+                .execute(
+                    "INSERT OR REPLACE INTO coord_probe (id, probed_at) VALUES (1, ?1)",
+                    [now],
+                )
+                .map_err(|e| unavailable(format!("a write to {} failed: {e}", shared.place())))?;
+            Ok(())
+        })
+        .await
     }
 
     /// How many `wait` calls of this backend are asleep on `partition`.
@@ -247,21 +266,142 @@ impl Drop for Asleep<'_> {
     }
 }
 
-/// Delete the rows whose partitions may go, every `collect_every`.
-async fn collect(connection: Arc<Mutex<Connection>>, config: SqliteConfig) {
-    loop {
-        tokio::time::sleep(config.collect_every).await;
-        let now = match &config.test_clock {
-            Some(clock) => clock.now_ms(),
-            None => SystemClock.now_ms(),
+/// Run `work` on `connection` as [`SqliteBackend::with_connection`] does.
+async fn run<T: Send + 'static>(
+    connection: &Arc<tokio::sync::Mutex<Option<Connection>>>,
+    shared: &Arc<Shared>,
+    work: impl FnOnce(&Shared, &mut Connection) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let started = Instant::now();
+    let bound = shared.config.busy_timeout;
+    shared.still_the_file()?;
+    let Ok(mut turn) = tokio::time::timeout(bound, connection.clone().lock_owned()).await else {
+        return Err(unavailable(format!(
+            "no turn on the database within the {} ms busy timeout: this process's calls \
+             before this one are still waiting (another process holds the write lock, or \
+             the disk is slow)",
+            bound.as_millis()
+        )));
+    };
+    let shared = shared.clone();
+    // Once started, the work runs to its end even if the caller has given
+    // up (its deadline passed): a transaction is never cut in the middle,
+    // and the connection is free again when it ends.
+    tokio::task::spawn_blocking(move || {
+        shared.still_the_file()?;
+        let left = bound.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(unavailable(format!(
+                "the {} ms busy timeout passed before the call could start",
+                bound.as_millis()
+            )));
+        }
+        shared.reopen_if_read_only(&mut turn);
+        let Some(connection) = turn.as_mut() else {
+            return Err(unavailable(format!(
+                "the database {} is not open: it was read-only, and opening it again failed",
+                shared.place()
+            )));
         };
-        let now = i64::try_from(now).unwrap_or(i64::MAX);
-        let deleted = transact::blocking(|| {
-            let connection = connection.lock().map_err(unavailable)?;
+        connection.busy_timeout(left).map_err(unavailable)?;
+        let done = work(&shared, connection);
+        if let Err(StoreError::Unavailable(why)) = &done
+            && why.contains(READ_ONLY_ERROR)
+        {
+            shared.read_only.store(true, Ordering::Relaxed);
+        }
+        done
+    })
+    .await
+    .map_err(|e| unavailable(format!("a database call ended early: {e}")))?
+}
+
+impl Shared {
+    /// [`SqliteBackend::now_ms`] in microseconds, the floor of revisions.
+    fn now_us(&self) -> u64 {
+        match &self.config.test_clock {
+            Some(clock) => clock.now_us(),
+            None => self.clock.now_us(),
+        }
+    }
+
+    /// The database, for messages.
+    fn place(&self) -> String {
+        self.config
+            .path
+            .as_ref()
+            .map_or("in memory".into(), |p| p.display().to_string())
+    }
+
+    /// `unavailable`, for good, once the path no longer names the file
+    /// this backend opened.
+    fn still_the_file(&self) -> Result<(), StoreError> {
+        let mut lost = self.lost.lock().map_err(unavailable)?;
+        if let Some(why) = lost.as_ref() {
+            return Err(unavailable(why));
+        }
+        if let (Some(path), Some(opened)) = (&self.config.path, self.opened)
+            && let Some(why) = file::moved(path, opened)
+        {
+            tracing::error!(target: "coord::store", "{why}");
+            *lost = Some(why.clone());
+            return Err(unavailable(why));
+        }
+        Ok(())
+    }
+
+    /// A connection SQLite opened read-only (the file was not writable
+    /// then) stays so: close it and open another, at most every
+    /// [`REOPEN_EVERY`]. The old one is closed first: a new connection of
+    /// the same process would share its read-only view of the file. When
+    /// the new one cannot be opened, there is none, and calls answer
+    /// `unavailable` until one can.
+    fn reopen_if_read_only(&self, connection: &mut Option<Connection>) {
+        let read_only = self.read_only.load(Ordering::Relaxed)
+            || connection
+                .as_ref()
+                .is_none_or(|c| c.is_readonly(rusqlite::MAIN_DB).unwrap_or(false));
+        if self.config.path.is_none() || !read_only {
+            return;
+        }
+        let Ok(mut reopened) = self.reopened.lock() else {
+            return;
+        };
+        if reopened.is_some_and(|at| at.elapsed() < REOPEN_EVERY) {
+            return;
+        }
+        *reopened = Some(Instant::now());
+        drop(connection.take());
+        match file::connect(&self.config) {
+            Ok(fresh) => {
+                self.read_only.store(false, Ordering::Relaxed);
+                tracing::info!(
+                    target: "coord::store",
+                    "the database {} was read-only to this process: opened again",
+                    self.place()
+                );
+                *connection = Some(fresh);
+            }
+            Err(e) => tracing::warn!(
+                target: "coord::store",
+                "the database {} could not be opened again: {e}",
+                self.place()
+            ),
+        }
+    }
+}
+
+/// Delete the rows whose partitions may go, every `collect_every`.
+async fn collect(connection: Arc<tokio::sync::Mutex<Option<Connection>>>, shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(shared.config.collect_every).await;
+        let deleted = run(&connection, &shared, |shared, connection| {
+            let now = i64::try_from(shared.now_us() / 1000).unwrap_or(i64::MAX);
             connection
                 .execute("DELETE FROM coord_partitions WHERE collect_at < ?1", [now])
                 .map_err(unavailable)
-        });
+        })
+        .await;
         if let Err(e) = deleted {
             tracing::warn!("collecting expired partitions failed: {e}");
         }

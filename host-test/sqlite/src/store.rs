@@ -22,9 +22,9 @@ impl SqliteBackend {
     async fn write(
         &self,
         partition: &str,
-        decide: impl FnOnce(&mut Partition, u64) -> Outcome,
+        decide: impl FnOnce(&mut Partition, u64) -> Outcome + Send + 'static,
     ) -> Result<WriteReply, StoreError> {
-        let (outcome, now) = self.transact(partition, decide)?;
+        let (outcome, now) = self.transact(partition, decide).await?;
         Ok(WriteReply { outcome, now })
     }
 }
@@ -32,28 +32,35 @@ impl SqliteBackend {
 #[async_trait]
 impl Backend for SqliteBackend {
     fn kind(&self) -> &'static str {
-        "postgres"
+        "sqlite"
     }
 
     async fn now(&self) -> Result<Millis, StoreError> {
         Ok(self.now_ms())
     }
 
-    /// Whether a write could start now: the write lock taken and given
-    /// back (a read-only file, a lock held past the busy timeout: no).
+    /// Whether the store takes a write now: a row written and committed
+    /// (a read-only or deleted file, a full disk, a write lock held past
+    /// the busy timeout: no), within the busy timeout.
     async fn ready(&self) -> Result<(), StoreError> {
-        self.writable()?;
-        self.transact("~ready", |_, _| ()).map(|_| ())
+        self.probe().await
     }
 
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
-        let (entry, now) = self.transact(partition, |p, now| p.get(key, now))?;
+        let key = key.to_string();
+        let (entry, now) = self
+            .transact(partition, move |p, now| p.get(&key, now))
+            .await?;
         Ok(ReadReply { entry, now })
     }
 
     async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
-        let ((entries, revision), now) =
-            self.transact(partition, |p, now| (p.list(prefix, now), p.revision()))?;
+        let prefix = prefix.to_string();
+        let ((entries, revision), now) = self
+            .transact(partition, move |p, now| {
+                (p.list(&prefix, now), p.revision())
+            })
+            .await?;
         Ok(ListReply {
             entries,
             revision,
@@ -69,8 +76,9 @@ impl Backend for SqliteBackend {
         ttl_ms: Option<u64>,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
-        self.write(partition, |p, now| {
-            p.put(key, value, ttl_ms, condition, now)
+        let (key, value, condition) = (key.to_string(), value.to_vec(), condition.clone());
+        self.write(partition, move |p, now| {
+            p.put(&key, &value, ttl_ms, &condition, now)
         })
         .await
     }
@@ -81,7 +89,8 @@ impl Backend for SqliteBackend {
         key: &str,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
-        self.write(partition, |p, now| p.delete(key, condition, now))
+        let (key, condition) = (key.to_string(), condition.clone());
+        self.write(partition, move |p, now| p.delete(&key, &condition, now))
             .await
     }
 
@@ -92,8 +101,11 @@ impl Backend for SqliteBackend {
         ttl_ms: u64,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
-        self.write(partition, |p, now| p.touch(key, ttl_ms, condition, now))
-            .await
+        let (key, condition) = (key.to_string(), condition.clone());
+        self.write(partition, move |p, now| {
+            p.touch(&key, ttl_ms, &condition, now)
+        })
+        .await
     }
 
     async fn changes(
@@ -105,9 +117,11 @@ impl Backend for SqliteBackend {
         if is_unwatched(partition) {
             return Err(no_feed(partition));
         }
-        let ((changes, revision), now) = self.transact(partition, |p, now| {
-            (p.changes(after, max, now), p.revision())
-        })?;
+        let ((changes, revision), now) = self
+            .transact(partition, move |p, now| {
+                (p.changes(after, max, now), p.revision())
+            })
+            .await?;
         Ok(ChangesReply {
             changes: changes?,
             revision,
@@ -121,8 +135,10 @@ impl Backend for SqliteBackend {
         key: &str,
         request: &MeterRequest,
     ) -> Result<MeterReply, StoreError> {
+        let (key, request) = (key.to_string(), *request);
         Ok(self
-            .transact(partition, |p, now| p.meter(key, request, now))?
+            .transact(partition, move |p, now| p.meter(&key, &request, now))
+            .await?
             .0)
     }
 
@@ -133,12 +149,13 @@ impl Backend for SqliteBackend {
         let mut deadline = None;
         // Another process's write has no announcement here: check again
         // after 1 ms, then twice as long each time, up to the recheck.
-        let recheck_ms = u64::try_from(self.config.recheck.as_millis()).unwrap_or(u64::MAX);
+        let recheck_ms = u64::try_from(self.shared.config.recheck.as_millis()).unwrap_or(u64::MAX);
         let mut pause_ms = 1u64;
         loop {
             // A check records due expiries, so an expiry is a new revision.
-            let ((revision, next_expiry), now) =
-                self.transact(partition, |p, _| (p.revision(), p.next_expiry()))?;
+            let ((revision, next_expiry), now) = self
+                .transact(partition, |p, _| (p.revision(), p.next_expiry()))
+                .await?;
             let deadline = *deadline.get_or_insert(now.saturating_add(timeout_ms));
             if revision > after || now >= deadline {
                 return Ok(revision);
@@ -149,7 +166,7 @@ impl Backend for SqliteBackend {
             }
             pause_ms = (pause_ms * 2).min(recheck_ms.max(1));
             let test_clock_reaches = async {
-                match &self.config.test_clock {
+                match &self.shared.config.test_clock {
                     Some(clock) => clock.sleep_until(now + sleep_ms).await,
                     None => std::future::pending().await,
                 }

@@ -4,25 +4,14 @@
 use coord_component::keys::is_unwatched;
 use coord_component::memory::Partition;
 use coord_host::backend::StoreError;
-use rusqlite::{OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-use super::{SqliteBackend, unavailable};
+use super::{Shared, SqliteBackend, unavailable};
 
 /// The most bytes of feed a row carries beyond its live entries (every
 /// write rewrites the whole row; the rule the NATS and PostgreSQL backends
 /// follow).
 pub const FEED_BYTES: usize = 16 * 1024;
-
-/// Run `work`, which may wait for another process's write lock, without
-/// stalling the async runtime's other tasks where the runtime allows it.
-pub(super) fn blocking<T>(work: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(work)
-        }
-        _ => work(),
-    }
-}
 
 /// A store time as the table keeps it.
 fn column(ms: u64) -> i64 {
@@ -34,26 +23,33 @@ impl SqliteBackend {
     /// due expiries, in one transaction that writes the result back if it
     /// changed anything. Returns `decide`'s answer and the store's now;
     /// wakes this process's waiters when the revision moved.
-    pub(super) fn transact<T>(
+    pub(super) async fn transact<T: Send + 'static>(
         &self,
         name: &str,
-        decide: impl FnOnce(&mut Partition, u64) -> T,
+        decide: impl FnOnce(&mut Partition, u64) -> T + Send + 'static,
     ) -> Result<(T, u64), StoreError> {
-        let (answer, now, announce) = blocking(|| self.in_transaction(name, decide))?;
+        let owned = name.to_string();
+        let (answer, now, announce) = self
+            .with_connection(move |shared, connection| {
+                shared.in_transaction(connection, &owned, decide)
+            })
+            .await?;
         if let Some(revision) = announce {
             let _ = self.notifications.send((name.to_string(), revision));
         }
         Ok((answer, now))
     }
+}
 
+impl Shared {
     /// [`SqliteBackend::transact`]'s transaction: its answer, its now, and
     /// the new revision when it made one.
     fn in_transaction<T>(
         &self,
+        connection: &mut Connection,
         name: &str,
         decide: impl FnOnce(&mut Partition, u64) -> T,
     ) -> Result<(T, u64, Option<u64>), StoreError> {
-        let mut connection = self.connection.lock().map_err(unavailable)?;
         let tx = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(unavailable)?;

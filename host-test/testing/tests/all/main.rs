@@ -40,6 +40,7 @@ mod postgres;
 mod redis;
 mod redis_cluster;
 mod sqlite;
+mod sqlite_faults;
 
 // Safety under contention and faults.
 mod fault_run;
