@@ -368,6 +368,21 @@ pub fn take_back_in_background(
     });
 }
 
+/// Wait, up to `within`, for the background releases and take-backs
+/// pending now to end (a stopping process gives them their chance before
+/// its runtime ends them); how many were still pending then, left to their
+/// TTLs.
+pub async fn finish_background(within: Duration) -> usize {
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        let pending = background_releases() + background_take_backs();
+        if pending == 0 || tokio::time::Instant::now() >= until {
+            return pending;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// How many background releases are pending now.
 pub fn background_releases() -> usize {
     PENDING.load(Ordering::Relaxed)

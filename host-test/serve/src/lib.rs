@@ -299,6 +299,15 @@ impl Server {
             })
             .await;
         }
+        // Releases and take-backs that failed and are being retried get
+        // their chance before the process (and its runtime) ends.
+        let left = coord_host::holdings::finish_background(GIVE_BACK_WAIT).await;
+        if left > 0 {
+            tracing::warn!(
+                target: "coord::serve",
+                "stopping with {left} release(s) still failing: left to their TTLs"
+            );
+        }
         Ok(())
     }
 
@@ -419,9 +428,12 @@ impl Server {
         // The handler runs on its own task: it may go on streaming the body
         // after it has set the response. Its log line is written when it ends.
         let (status_known, status) = tokio::sync::oneshot::channel::<u16>();
+        // How the handler ended, sent before anything it left is given
+        // back: the client's answer never waits for the store.
+        let (ended, handler_ended) = tokio::sync::oneshot::channel::<wasmtime::Result<()>>();
         let mut cut = self.cut.subscribe();
         let running = Running::start(&self.running);
-        let task = tokio::spawn(async move {
+        let task = async move {
             let handle = proxy
                 .wasi_http_incoming_handler()
                 .call_handle(&mut store, incoming, outparam);
@@ -435,14 +447,24 @@ impl Server {
             };
             drop(in_use);
             let store_calls = store.data().host.store_calls();
-            if handled.is_err()
-                && let Some(holdings) = store.data_mut().host.take_holdings()
+            let left_behind = match handled {
+                Ok(()) => None,
+                Err(_) => store.data_mut().host.take_holdings(),
+            };
+            let backend = store.data().host.store().clone();
+            // Free the instance now, and with it the response sender its
+            // table holds: a handler that trapped before responding leaves
+            // the sender there, and the request would wait for it.
+            drop(store);
+            let _ = ended.send(handled);
+            if let Some(holdings) = left_behind
                 && !holdings.is_empty()
             {
                 // The runtime ended this request, not the function: what
                 // its instance took it never answered with. Give it back,
-                // each write guarded by the holding's revision and value.
-                let backend = store.data().host.store().clone();
+                // each write guarded by the holding's revision and value,
+                // after the client was answered (a stalled store must not
+                // hold the answer past the deadline).
                 let given = holdings.give_back(&backend).await;
                 tracing::info!(
                     target: "coord::serve",
@@ -450,22 +472,24 @@ impl Server {
                 );
             }
             drop(running);
-            // Free the instance now, and with it the response sender its
-            // table holds: a handler that trapped before responding leaves
-            // the sender there, and the request waits for it to be used or
-            // dropped while this task waits for its status, so keeping the
-            // store past this point hung such a request for ever and kept
-            // its pool slot.
-            drop(store);
             // A response was sent: its line, with every store call the
             // handler made. (Without one, `handle` writes the line.)
             if let Ok(code) = status.await {
                 log.status.store(code, Ordering::Relaxed);
                 log.write(store_calls, Some(instance_wait));
             }
-            handled
-        });
-        let received = receiver.await;
+        };
+        tokio::spawn(task);
+        let (mut receiver, mut handler_ended) = (receiver, handler_ended);
+        let received = tokio::select! {
+            biased;
+            received = &mut receiver => received,
+            // The handler ended; a response it set before is waiting.
+            handled = &mut handler_ended => match receiver.try_recv() {
+                Ok(set) => Ok(set),
+                Err(_) => return Err(self.failure(handled)),
+            },
+        };
         if let Ok(Ok(response)) = &received {
             let _ = status_known.send(response.status().as_u16());
         } else {
@@ -474,20 +498,32 @@ impl Server {
         match received {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(code)) => Err(Failure::internal(format!("the function failed: {code:?}"))),
-            Err(_) => Err(match task.await {
-                Ok(Ok(())) => Failure::internal("the function never set a response"),
-                Ok(Err(trap)) if trap.downcast_ref() == Some(&wasmtime::Trap::Interrupt) => {
-                    Failure::deadline(self.deadline)
-                }
-                Ok(Err(cut)) if cut.is::<ShutDown>() => Failure::shut_down(),
-                Ok(Err(trap)) => {
-                    // The wasm backtrace is the operator's, in the log; the
-                    // client learns only the kind of trap.
-                    tracing::warn!(target: "coord::function", "the function trapped: {trap:?}");
-                    Failure::internal(format!("the function trapped: {}", trap.root_cause()))
-                }
-                Err(join) => Failure::internal(format!("the request task failed: {join}")),
-            }),
+            // The sender was dropped with the instance: the handler ended
+            // without a response, and says how (at once: it is sent right
+            // after the instance is dropped).
+            Err(_) => Err(self.failure(handler_ended.await)),
+        }
+    }
+
+    /// The answer to a request whose handler ended (`handled`) without
+    /// setting a response.
+    fn failure(
+        &self,
+        handled: Result<wasmtime::Result<()>, tokio::sync::oneshot::error::RecvError>,
+    ) -> Failure {
+        match handled {
+            Ok(Ok(())) => Failure::internal("the function never set a response"),
+            Ok(Err(trap)) if trap.downcast_ref() == Some(&wasmtime::Trap::Interrupt) => {
+                Failure::deadline(self.deadline)
+            }
+            Ok(Err(cut)) if cut.is::<ShutDown>() => Failure::shut_down(),
+            Ok(Err(trap)) => {
+                // The wasm backtrace is the operator's, in the log; the
+                // client learns only the kind of trap.
+                tracing::warn!(target: "coord::function", "the function trapped: {trap:?}");
+                Failure::internal(format!("the function trapped: {}", trap.root_cause()))
+            }
+            Err(_) => Failure::internal("the request task ended without a word"),
         }
     }
 }

@@ -16,3 +16,4 @@ mod serve;
 mod serve_admin;
 mod serve_cut;
 mod serve_hostile;
+mod serve_stalled;

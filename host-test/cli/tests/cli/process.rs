@@ -19,15 +19,33 @@ pub struct Serve {
 impl Serve {
     /// Start `coord serve ARGS --listen 127.0.0.1:0` and wait until it listens.
     pub fn start(args: &[&str]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_coord"))
+        Serve::spawn(args, None)
+    }
+
+    /// [`Serve::start`], its log (standard error, at `info`) written to `log`.
+    pub fn start_logging_to(args: &[&str], log: &std::path::Path) -> Serve {
+        Serve::spawn(args, Some(log))
+    }
+
+    fn spawn(args: &[&str], log: Option<&std::path::Path>) -> Serve {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_coord"));
+        command
             .arg("serve")
             .args(args)
             .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped());
+        match log {
+            Some(log) => {
+                command
+                    .env("COORD_LOG", "info")
+                    .stderr(std::fs::File::create(log).unwrap());
+            }
             // One log line per request would bury the test's own output.
-            .env("COORD_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+            None => {
+                command.env("COORD_LOG", "warn");
+            }
+        }
+        let mut child = command.spawn().unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let first = lines.next().unwrap().unwrap();
         let address = first
