@@ -13,7 +13,7 @@ mod operate;
 mod store;
 mod terminal;
 
-pub use store::{StoreArgs, Target, backend, backend_for, store_failure};
+pub use store::{StoreArgs, StoreUnreachable, Target, backend, backend_for, store_failure};
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use coord_serve::Server;
+use coord_serve::connecting::Connecting;
 
 /// coord: distributed locks, leases, ephemeral state and rate limits for
 /// WebAssembly edge functions.
@@ -121,6 +122,12 @@ struct ServeArgs {
     /// Compile the function at every start; keep nothing on disk.
     #[arg(long, conflicts_with = "cache_dir")]
     no_cache: bool,
+    /// How long to keep trying a store that does not answer at start before
+    /// exiting 1 (default: for ever). Meanwhile the process listens, store
+    /// calls answer 503, and /readyz says why.
+    #[arg(long, value_name = "MS", env = "COORD_STORE_WAIT_MS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    store_wait_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -261,11 +268,15 @@ async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
             "the built-in inventory function".into(),
         ),
     };
-    let (backend, place) = backend(&args.store.target()).await?;
+    // A store that does not answer at start is tried again until it does
+    // (or `--store-wait-ms` passes): meanwhile the process listens, and its
+    // store calls answer `unavailable`.
+    let target = args.store.target();
+    let store = Arc::new(Connecting::new(target.kind()));
     let server = Arc::new(
         Server::with_cache(
             &bytes,
-            backend,
+            store.clone(),
             args.max_requests,
             args.cache_dir().as_deref(),
         )?
@@ -292,24 +303,140 @@ async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
         ),
         None => None,
     };
+    // The admin routes answer from here on, while the store is tried.
+    let admin_address = match admin {
+        Some(listener) => {
+            let address = listener.local_addr()?;
+            let (metrics, store) = (server.metrics().clone(), server.store().clone());
+            tokio::spawn(coord_serve::admin::serve(listener, metrics, store));
+            Some(address)
+        }
+        None => None,
+    };
+    // The first attempt at the store before the first line, so a script
+    // that reads it finds the store reached when it answers at once; a
+    // store that does not answer yet is tried again in the background.
+    let started = std::time::Instant::now();
+    let reached = match backend(&target).await {
+        Ok((backend, place)) => {
+            store.connected(backend);
+            Some(place)
+        }
+        Err(e) if e.downcast_ref::<StoreUnreachable>().is_some() => {
+            store.failed(e.to_string());
+            tracing::warn!(target: "coord::serve", "{e}; trying again in the background");
+            None
+        }
+        Err(e) => return Err(e),
+    };
     // Tests and scripts read this line to learn the port (with --listen ...:0).
     println!("coord serve: listening on http://{address}");
-    println!("coord serve: {name}{composed}; state in {place}");
-    if let Some(listener) = admin {
-        println!(
-            "coord serve: admin on http://{} (/metrics, /healthz, /readyz)",
-            listener.local_addr()?
-        );
-        let (metrics, store) = (server.metrics().clone(), server.store().clone());
-        tokio::spawn(coord_serve::admin::serve(listener, metrics, store));
+    match &reached {
+        Some(place) => println!("coord serve: {name}{composed}; state in {place}"),
+        None => println!("coord serve: {name}{composed}; its store is not reached yet"),
+    }
+    if let Some(admin) = admin_address {
+        println!("coord serve: admin on http://{admin} (/metrics, /healthz, /readyz)");
+    }
+    let gave_up = Arc::new(GaveUp::default());
+    if reached.is_none() {
+        tokio::spawn(reach_store(
+            target,
+            store,
+            started,
+            args.store_wait_ms.map(Duration::from_millis),
+            gave_up.clone(),
+        ));
     }
     let grace = Duration::from_millis(args.grace_ms);
+    let stop = async {
+        tokio::select! {
+            () = shutdown_signal() => {}
+            () = gave_up.notify.notified() => {}
+        }
+    };
     server
-        .serve_until(listener, shutdown_signal(), grace)
+        .serve_until(listener, stop, grace)
         .await
         .map_err(|e| wasmtime::format_err!("serving: {e}"))?;
+    if let Some(error) = gave_up.error.lock().ok().and_then(|mut e| e.take()) {
+        return Err(error);
+    }
     println!("coord serve: stopped");
     Ok(())
+}
+
+/// Why `coord serve` stops without a signal: its store refused it for good,
+/// or did not answer within `--store-wait-ms`.
+#[derive(Default)]
+struct GaveUp {
+    error: std::sync::Mutex<Option<wasmtime::Error>>,
+    notify: tokio::sync::Notify,
+}
+
+/// How often a store that still does not answer is logged.
+const UNREACHED_LOG_EVERY: Duration = Duration::from_secs(10);
+/// The longest pause between two attempts to reach the store.
+const MAX_REACH_PAUSE: Duration = Duration::from_secs(5);
+
+/// Keep trying to reach the store `target` names, pausing twice as long
+/// each time up to [`MAX_REACH_PAUSE`], and hand it to `store` once it
+/// answers. A store that answered no (a configuration it cannot serve), or
+/// one that did not answer within `wait`, stops the process through
+/// `gave_up`.
+async fn reach_store(
+    target: Target,
+    store: Arc<Connecting>,
+    started: std::time::Instant,
+    wait: Option<Duration>,
+    gave_up: Arc<GaveUp>,
+) {
+    let mut pause = Duration::from_millis(100);
+    // The first attempt, made at start, failed and was logged.
+    let mut failures = 1u64;
+    let mut logged = Some(std::time::Instant::now());
+    let error = loop {
+        if let Some(wait) = wait
+            && started.elapsed() >= wait
+        {
+            break wasmtime::format_err!(
+                "gave up on the store after --store-wait-ms {}: {}",
+                wait.as_millis(),
+                store.last_failure()
+            );
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_REACH_PAUSE);
+        match backend(&target).await {
+            Ok((backend, place)) => {
+                store.connected(backend);
+                println!("coord serve: state in {place}");
+                tracing::info!(
+                    target: "coord::serve",
+                    "the store answered after {failures} failed attempt(s), {} s after start",
+                    started.elapsed().as_secs()
+                );
+                return;
+            }
+            Err(e) if e.downcast_ref::<StoreUnreachable>().is_some() => {
+                failures += 1;
+                store.failed(e.to_string());
+                if logged.is_none_or(|at| at.elapsed() >= UNREACHED_LOG_EVERY) {
+                    tracing::warn!(
+                        target: "coord::serve",
+                        "{e}; trying again (attempt {failures}; logged every {} s)",
+                        UNREACHED_LOG_EVERY.as_secs()
+                    );
+                    logged = Some(std::time::Instant::now());
+                }
+            }
+            Err(e) => break e,
+        }
+    };
+    if let Ok(mut kept) = gave_up.error.lock() {
+        *kept = Some(error);
+    }
+    gave_up.notify.notify_one();
 }
 
 /// Resolves on SIGTERM (what an orchestrator sends) or Ctrl-C.

@@ -49,12 +49,18 @@ pub struct StoreArgs {
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
           conflicts_with_all = ["postgres", "sqlite"])]
     nats: Option<String>,
-    /// Replicas of the JetStream stream (default: 3 when --nats names three
-    /// or more servers, else 1). A stream that exists with another count is
-    /// updated to this one.
+    /// Replicas of the JetStream stream. A stream coord makes gets N, else
+    /// 3 when --nats names three or more servers, else 1. A stream that
+    /// exists keeps its count unless N is more (it is raised), or fewer
+    /// with --allow-fewer-replicas: how many URLs a process was given never
+    /// changes it. A mismatch is logged and shown by /readyz.
     #[arg(long, value_name = "N", env = "COORD_NATS_REPLICAS",
           value_parser = clap::value_parser!(u16).range(1..=5))]
     nats_replicas: Option<u16>,
+    /// Let --nats-replicas lower an existing stream's replicas (every
+    /// process on the stream then has fewer copies of each write).
+    #[arg(long, requires = "nats_replicas", env = "COORD_ALLOW_FEWER_REPLICAS")]
+    allow_fewer_replicas: bool,
     /// Keep coordination state in PostgreSQL: URL
     /// (postgres://USER:PASSWORD@HOST:PORT/DATABASE), else $DATABASE_URL,
     /// else postgres://postgres@127.0.0.1:5432/postgres. Processes on one
@@ -114,8 +120,10 @@ pub enum Target {
         url: String,
         /// The subject prefix.
         prefix: String,
-        /// The stream's replicas, when given (else by the servers named).
+        /// The stream's replicas, when asked for (see `--nats-replicas`).
         replicas: Option<usize>,
+        /// Whether `replicas` may lower an existing stream's count.
+        allow_fewer_replicas: bool,
     },
 }
 
@@ -166,6 +174,7 @@ impl StoreArgs {
                 },
                 prefix: self.prefix.clone(),
                 replicas: self.nats_replicas.map(usize::from),
+                allow_fewer_replicas: self.allow_fewer_replicas,
             };
         }
         if self.redis.is_none()
@@ -324,6 +333,33 @@ pub async fn backend(target: &Target) -> wasmtime::Result<(Arc<dyn Backend>, Str
     backend_for(target, None).await
 }
 
+/// The store did not answer (it may still be starting, or restarting): an
+/// attempt later may succeed, where a store that answered no (too old, no
+/// JetStream, a stream of another layout) never will.
+#[derive(Debug)]
+pub struct StoreUnreachable(pub String);
+
+impl std::fmt::Display for StoreUnreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreUnreachable {}
+
+impl Target {
+    /// The kind of store this is, as its backend names itself.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Memory => "memory",
+            Target::Redis { .. } => "redis",
+            Target::Nats { .. } => "nats",
+            Target::Postgres { .. } => "postgres",
+            Target::Sqlite { .. } => "sqlite",
+        }
+    }
+}
+
 /// [`backend`], with the Redis client's response timeout set when given.
 pub async fn backend_for(
     target: &Target,
@@ -331,9 +367,9 @@ pub async fn backend_for(
 ) -> wasmtime::Result<(Arc<dyn Backend>, String)> {
     // Says what could not be used, and why, as a sentence.
     let cannot = |what: &str, url: &str, e: StoreError| match e {
-        StoreError::Unavailable(why) => {
-            wasmtime::format_err!("the store is unavailable: cannot use {what} at {url}: {why}")
-        }
+        StoreError::Unavailable(why) => wasmtime::Error::new(StoreUnreachable(format!(
+            "the store is unavailable: cannot use {what} at {url}: {why}"
+        ))),
         other => wasmtime::format_err!("cannot use {what} at {url}: {}", store_failure(&other)),
     };
     match target {
@@ -395,13 +431,13 @@ pub async fn backend_for(
             url,
             prefix,
             replicas,
+            allow_fewer_replicas,
         } => {
             let mut config = NatsConfig::new(url);
             config.stream = NatsConfig::stream_for(prefix);
             config.subject_prefix = prefix.clone();
-            if let Some(replicas) = replicas {
-                config.replicas = *replicas;
-            }
+            config.replicas = *replicas;
+            config.allow_fewer_replicas = *allow_fewer_replicas;
             let backend = NatsBackend::connect(config)
                 .await
                 .map_err(|e| cannot("NATS", url, e))?;

@@ -52,6 +52,7 @@ use base64::Engine;
 use coord_host::backend::{DEFAULT_RETENTION_MS, StoreError};
 use coord_host::clock::ManualClock;
 
+mod replicas;
 mod seen;
 mod snapshot;
 pub use snapshot::FEED_BYTES;
@@ -74,12 +75,19 @@ pub struct NatsConfig {
     pub stream: String,
     /// The first token of every subject, so deployments can share an account.
     pub subject_prefix: String,
-    /// Replicas of the stream: 3 on a cluster (an acknowledged write then
-    /// survives the loss of a server), 1 alone. By default 3 when `url`
-    /// names three or more servers, else 1. A stream that exists with
-    /// another count is updated to this one (JetStream moves the data), and
-    /// the change is logged.
-    pub replicas: usize,
+    /// Replicas the operator asked for, if any. A stream this backend makes
+    /// gets this many, else [`NatsConfig::default_replicas`] of `url` (3 on
+    /// a cluster: an acknowledged write then survives the loss of a server).
+    /// A stream that exists keeps its count unless this asks for more
+    /// (JetStream copies the data), or for fewer with
+    /// [`NatsConfig::allow_fewer_replicas`]: no setting of one process may
+    /// lower what every other process relies on, and the number of URLs it
+    /// was given is not a request. Any mismatch is logged and reported by
+    /// [`Backend::warnings`](coord_host::backend::Backend::warnings).
+    pub replicas: Option<usize>,
+    /// Whether [`NatsConfig::replicas`] may lower an existing stream's
+    /// count (the second explicit word `--allow-fewer-replicas`).
+    pub allow_fewer_replicas: bool,
     /// How many changes each partition's feed keeps (fewer when the
     /// partition would not fit in one message otherwise).
     pub history: usize,
@@ -109,7 +117,8 @@ impl NatsConfig {
             url: url.to_string(),
             stream: "COORD".into(),
             subject_prefix: "coord".into(),
-            replicas: Self::default_replicas(url),
+            replicas: None,
+            allow_fewer_replicas: false,
             history: coord_component::memory::DEFAULT_HISTORY,
             retention_ms: DEFAULT_RETENTION_MS,
             response_timeout: Duration::from_secs(5),
@@ -150,6 +159,12 @@ pub struct NatsBackend {
     clock_sample: Mutex<Option<seen::ClockSample>>,
     /// Round trips to the server so far (requests sent together count once).
     round_trips: AtomicU64,
+    /// The replicas every process relies on: the stream's count once this
+    /// backend has made or checked it (or what it was asked to raise it
+    /// to). Fewer later means another process lowered it.
+    relied_on_replicas: AtomicU64,
+    /// What is wrong with the stream's configuration now, for `/readyz`.
+    warnings: Mutex<Vec<String>>,
 }
 
 /// A connection or server failure: the call may or may not have applied.
@@ -234,6 +249,8 @@ impl NatsBackend {
             seen: Mutex::default(),
             clock_sample: Mutex::default(),
             round_trips: AtomicU64::new(0),
+            relied_on_replicas: AtomicU64::new(0),
+            warnings: Mutex::default(),
         };
         backend.ensure_stream().await?;
         Ok(backend)
@@ -255,7 +272,11 @@ impl NatsBackend {
             subjects: vec![format!("{}.p.>", self.config.subject_prefix)],
             max_messages_per_subject: 1,
             allow_message_ttl: true,
-            num_replicas: self.config.replicas.max(1),
+            num_replicas: self
+                .config
+                .replicas
+                .unwrap_or_else(|| NatsConfig::default_replicas(&self.config.url))
+                .max(1),
             storage: stream::StorageType::File,
             discard: stream::DiscardPolicy::Old,
             first_sequence: Some(first_sequence),
@@ -276,27 +297,29 @@ impl NatsBackend {
             .await
             .map_err(unavailable)?;
         let mut info = stream.info().await.map_err(unavailable)?;
-        if info.config.num_replicas != wanted.num_replicas {
-            // Told another replica count than the stream has: update it
-            // (JetStream copies the data to the new peers), rather than
-            // keep a single replica that a `--nats-replicas 3` silently
-            // left unreplicated (outside testers).
+        if let Some(change) = self.replicas_to_set(info.config.num_replicas) {
             let from = info.config.num_replicas;
             let mut changed = info.config.clone();
-            changed.num_replicas = wanted.num_replicas;
+            changed.num_replicas = change;
             self.jetstream.update_stream(changed).await.map_err(|e| {
                 StoreError::Invalid(format!(
-                    "replicas: the stream {:?} has {from} replicas and could not be given {}: {e}",
-                    wanted.name, wanted.num_replicas
+                    "replicas: the stream {:?} has {from} replicas and could not be given {change}: {e}",
+                    wanted.name
                 ))
             })?;
             tracing::warn!(
                 target: "coord::store",
-                "the JetStream stream {:?} had {from} replicas; updated to {}",
-                wanted.name,
-                wanted.num_replicas
+                "the JetStream stream {:?} had {from} replicas; updated to {change}, as asked",
+                wanted.name
             );
             info = stream.info().await.map_err(unavailable)?;
+        }
+        let have_replicas = info.config.num_replicas;
+        self.relied_on_replicas
+            .store(have_replicas as u64, Ordering::Relaxed);
+        self.check_replicas(have_replicas);
+        for warning in self.warnings() {
+            tracing::warn!(target: "coord::store", "{warning}");
         }
         let have = &info.config;
         let wrong = if !have.subjects.contains(&wanted.subjects[0]) {

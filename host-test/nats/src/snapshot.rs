@@ -94,6 +94,7 @@ impl NatsBackend {
             return Err(unavailable(format!("stream info: {error}")));
         }
         let replicas = info["config"]["num_replicas"].as_u64().unwrap_or(1);
+        self.check_replicas(usize::try_from(replicas).unwrap_or(usize::MAX));
         if replicas <= 1 {
             return Ok(());
         }

@@ -57,6 +57,10 @@ impl Backend for NatsBackend {
         self.stream_has_leader().await
     }
 
+    fn warnings(&self) -> Vec<String> {
+        NatsBackend::warnings(self)
+    }
+
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
         let (entry, now) = self
             .transact(partition, false, |p, now| p.get(key, now))

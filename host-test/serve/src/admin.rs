@@ -57,21 +57,31 @@ async fn route(
                 .collect::<Vec<_>>()
                 .join(",");
             let format = Format::negotiate(Some(&accept));
+            metrics
+                .store_warnings
+                .set(i64::try_from(store.warnings().len()).unwrap_or(i64::MAX));
             reply(200, format.content_type(), metrics.encode(format))
         }
         ("GET", "/healthz") => reply(200, "text/plain", "ok\n".into()),
-        ("GET", "/readyz") => match tokio::time::timeout(READY_TIMEOUT, store.ready()).await {
-            Ok(Ok(())) => reply(200, "text/plain", "ready\n".into()),
-            Ok(Err(error)) => reply(503, "text/plain", format!("store unavailable: {error:?}\n")),
-            Err(_) => reply(
-                503,
-                "text/plain",
-                format!(
-                    "the store did not answer within {} ms\n",
-                    READY_TIMEOUT.as_millis()
+        ("GET", "/readyz") => {
+            let (status, mut body) = match tokio::time::timeout(READY_TIMEOUT, store.ready()).await
+            {
+                Ok(Ok(())) => (200, "ready\n".to_string()),
+                Ok(Err(error)) => (503, format!("store unavailable: {error:?}\n")),
+                Err(_) => (
+                    503,
+                    format!(
+                        "the store did not answer within {} ms\n",
+                        READY_TIMEOUT.as_millis()
+                    ),
                 ),
-            ),
-        },
+            };
+            // Ready or not, what is wrong with the store's configuration.
+            for warning in store.warnings() {
+                body.push_str(&format!("warning: {warning}\n"));
+            }
+            reply(status, "text/plain", body)
+        }
         _ => reply(
             404,
             "text/plain",

@@ -31,6 +31,7 @@ use coord_host::backend::Backend;
 
 pub mod admin;
 pub mod compose;
+pub mod connecting;
 pub mod footprint;
 pub mod metrics;
 mod request;

@@ -156,6 +156,9 @@ pub struct ServeMetrics {
     pub instances_in_use: Gauge<i64, std::sync::atomic::AtomicI64>,
     /// Requests refused because every instance was in use.
     pub pool_rejections: Counter<u64, AtomicU64>,
+    /// Configuration warnings the store reports (listed by `/readyz`), as
+    /// of the last scrape.
+    pub store_warnings: Gauge<i64, std::sync::atomic::AtomicI64>,
     routes: Mutex<HashSet<String>>,
 }
 
@@ -171,6 +174,7 @@ impl Default for ServeMetrics {
         let permit_outcomes = Family::<OutcomeLabels, Counter>::default();
         let instances_in_use = Gauge::default();
         let pool_rejections = Counter::default();
+        let store_warnings = Gauge::default();
         let mut registry = Registry::with_prefix("coord");
         registry.register("requests", "Requests answered", requests.clone());
         registry.register(
@@ -204,6 +208,11 @@ impl Default for ServeMetrics {
             "Requests refused with every instance in use",
             pool_rejections.clone(),
         );
+        registry.register(
+            "store_warnings",
+            "What is wrong with the store's configuration now, though it works (listed by /readyz): a NATS stream with fewer replicas than asked for or relied on",
+            store_warnings.clone(),
+        );
         ServeMetrics {
             registry,
             requests,
@@ -214,6 +223,7 @@ impl Default for ServeMetrics {
             permit_outcomes,
             instances_in_use,
             pool_rejections,
+            store_warnings,
             routes: Mutex::new(HashSet::new()),
         }
     }

@@ -164,7 +164,7 @@ pub async fn connect_with_timeout(
     response_timeout: Duration,
 ) -> Arc<NatsBackend> {
     let mut config = NatsConfig::new(&cluster.url());
-    config.replicas = 3;
+    config.replicas = Some(3);
     config.stream = stream.into();
     config.response_timeout = response_timeout;
     let started = Instant::now();

@@ -14,6 +14,7 @@ mod process;
 mod operate;
 mod serve;
 mod serve_admin;
+mod serve_before_store;
 mod serve_cut;
 mod serve_hostile;
 mod serve_stalled;

@@ -9,7 +9,7 @@ use crate::process::Serve;
 use common::RedisServer;
 
 /// A free port on loopback for the admin listener.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -18,7 +18,7 @@ fn free_port() -> u16 {
 }
 
 /// GET `path` on the admin listener: status and body.
-async fn admin(port: u16, path: &str) -> (u16, String) {
+pub(crate) async fn admin(port: u16, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -193,15 +193,14 @@ async fn readyz_follows_the_store() {
         "the process is still up"
     );
     redis.start().unwrap();
-    let mut ready = false;
-    for _ in 0..100 {
-        if admin(port, "/readyz").await.0 == 200 {
-            ready = true;
-            break;
+    // Ready again once Redis answers: bounded by the tests' watchdog, not
+    // by how fast a busy machine reconnects.
+    common::bounded(async {
+        while admin(port, "/readyz").await.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "ready again once Redis answers");
+    })
+    .await;
     drop(serve);
 }
 
@@ -353,4 +352,59 @@ async fn an_acquire_the_store_failed_counts_one_unavailable_outcome() {
     // may the host's background reads for the attempt landing late.
     assert!(errors("get") >= 1.0, "its clean-up read: {text}");
     drop(serve);
+}
+
+/// A stream kept at more replicas than a process asked for is no fault,
+/// but the operator hears of it: `/readyz` stays 200 and lists the
+/// warning, and `coord_store_warnings` counts it (issue 48, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_mismatch_is_shown_by_readyz_and_the_metrics() {
+    let cluster = common::nats_cluster::Cluster::start("serve-replicas");
+    let url = cluster.url();
+    let prefix = format!("rep{}", std::process::id());
+    // The first process makes the stream at 3 replicas once the cluster
+    // has its meta leader (it waits for the cluster as a start would).
+    let port = free_port();
+    let admin_addr = format!("127.0.0.1:{port}");
+    let first = Serve::start(&["--nats", &url, "--prefix", &prefix, "--admin", &admin_addr]);
+    common::bounded(async {
+        while admin(port, "/readyz").await.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let (status, body) = admin(port, "/readyz").await;
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    // A second asks for one replica without the second word: kept at 3.
+    let one = url.split(',').next().unwrap();
+    let port = free_port();
+    let admin_addr = format!("127.0.0.1:{port}");
+    let second = Serve::start(&[
+        "--nats",
+        one,
+        "--prefix",
+        &prefix,
+        "--nats-replicas",
+        "1",
+        "--admin",
+        &admin_addr,
+    ]);
+    let (status, body) = admin(port, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("warning:") && body.contains("--allow-fewer-replicas"),
+        "{body}"
+    );
+    let (_, text) = admin(port, "/metrics").await;
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let warnings = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == "coord_store_warnings")
+        .map(|s| match s.value {
+            prometheus_parse::Value::Gauge(v) => v,
+            _ => -1.0,
+        });
+    assert_eq!(warnings, Some(1.0), "{text}");
+    drop((first, second));
 }

@@ -44,6 +44,13 @@ pub trait Backend: Send + Sync + 'static {
     async fn ready(&self) -> Result<(), StoreError> {
         self.now().await.map(|_| ())
     }
+    /// What is wrong with the store's configuration now, though it works:
+    /// each a sentence for the operator (`/readyz` lists them, the metrics
+    /// count them). A NATS stream with fewer replicas than its processes
+    /// rely on, say. None by default.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Read one key.
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError>;
     /// List live entries by key prefix, with the partition's revision.

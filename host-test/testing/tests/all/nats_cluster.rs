@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::nats_cluster::{Cluster, connect, connect_with_timeout, stream_leader};
+use coord_host::backend::Backend as _;
 use coord_host::lock::*;
 use coord_host::{Instance, Runtime};
 use coord_nats::{NatsBackend, NatsConfig};
@@ -251,21 +252,28 @@ async fn a_leader_stepping_down_mid_contention_costs_a_wait_not_a_failure() {
     );
 }
 
-/// Outside testers: `--nats-replicas 3` was silently ignored on a stream
-/// that existed with one replica, and the flag defaulted to 1 even with
-/// three servers named. Three servers now mean three replicas by default,
-/// and an existing stream is updated to the count asked for.
+/// The stream's replicas change only when an operator asks, and never
+/// fall without a second explicit word (issue 48, item 1). Outside
+/// testers: a second process given two of three URLs, no flag, set
+/// everyone's stream to one replica. Before that: `--nats-replicas 3` was
+/// silently ignored on a stream that had one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_is_replicated_by_default_and_a_single_replica_stream_is_updated() {
-    let cluster = Cluster::start("grow");
-    assert_eq!(NatsConfig::new(&cluster.url()).replicas, 3);
-    assert_eq!(NatsConfig::new("nats://127.0.0.1:4222").replicas, 1);
-    let mut single = NatsConfig::new(&cluster.url());
-    single.replicas = 1;
-    single.stream = "COORDGROW".into();
+async fn a_streams_replicas_change_only_when_asked_and_never_fewer_unless_allowed() {
+    let cluster = Cluster::start("replicas");
+    let all = cluster.url();
+    let two = all.split(',').take(2).collect::<Vec<_>>().join(",");
+    let one = all.split(',').next().unwrap().to_string();
+    let config = |url: &str, replicas: Option<usize>, allow_fewer_replicas: bool| {
+        let mut config = NatsConfig::new(url);
+        config.stream = "COORDREP".into();
+        config.replicas = replicas;
+        config.allow_fewer_replicas = allow_fewer_replicas;
+        config
+    };
+    // The first process, on all three servers: the stream it makes has 3.
     let started = Instant::now();
     let first = loop {
-        match NatsBackend::connect(single.clone()).await {
+        match NatsBackend::connect(config(&all, None, false)).await {
             Ok(backend) => break backend,
             Err(_) if started.elapsed() < Duration::from_secs(60) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -273,27 +281,74 @@ async fn a_cluster_is_replicated_by_default_and_a_single_replica_stream_is_updat
             Err(e) => panic!("the cluster never took the stream: {e:?}"),
         }
     };
-    drop(first);
-    let observer = async_nats::connect(cluster.url().split(',').collect::<Vec<_>>())
+    let observer = async_nats::connect(all.split(',').collect::<Vec<_>>())
         .await
         .unwrap();
-    let replicas = |observer: async_nats::Client| async move {
-        let reply = observer
-            .request("$JS.API.STREAM.INFO.COORDGROW", "".into())
-            .await
-            .unwrap();
-        let info: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
-        info["config"]["num_replicas"].as_u64()
+    let replicas = || {
+        let observer = observer.clone();
+        async move {
+            let reply = observer
+                .request("$JS.API.STREAM.INFO.COORDREP", "".into())
+                .await
+                .unwrap();
+            let info: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+            info["config"]["num_replicas"].as_u64()
+        }
     };
-    assert_eq!(replicas(observer.clone()).await, Some(1));
-    let mut default = NatsConfig::new(&cluster.url());
-    default.stream = "COORDGROW".into();
-    let _second = NatsBackend::connect(default).await.unwrap();
+    assert_eq!(replicas().await, Some(3));
+    assert_eq!(first.warnings(), Vec::<String>::new());
+
+    // The outside testers' second process: two URLs, no flag. Nothing changes.
+    let second = NatsBackend::connect(config(&two, None, false))
+        .await
+        .unwrap();
+    assert_eq!(replicas().await, Some(3), "two URLs lowered the stream");
+    assert_eq!(second.warnings(), Vec::<String>::new());
+
+    // Asked for 1 without the second word: kept at 3, and said.
+    let asked = NatsBackend::connect(config(&one, Some(1), false))
+        .await
+        .unwrap();
     assert_eq!(
-        replicas(observer).await,
+        replicas().await,
         Some(3),
-        "the stream kept one replica"
+        "--nats-replicas 1 alone lowered it"
     );
+    let said = asked.warnings();
+    assert!(
+        said.len() == 1 && said[0].contains("--allow-fewer-replicas"),
+        "{said:?}"
+    );
+
+    // Asked with the second word: lowered; every other process says so.
+    let _lowering = NatsBackend::connect(config(&one, Some(1), true))
+        .await
+        .unwrap();
+    assert_eq!(replicas().await, Some(1));
+    first.ready().await.unwrap();
+    let said = first.warnings();
+    assert!(
+        said.iter()
+            .any(|w| w.contains("another process lowered it")),
+        "{said:?}"
+    );
+
+    // The number of URLs does not raise it either; a flag does.
+    let unasked = NatsBackend::connect(config(&all, None, false))
+        .await
+        .unwrap();
+    assert_eq!(replicas().await, Some(1), "three URLs raised it unasked");
+    let said = unasked.warnings();
+    assert!(
+        said.iter().any(|w| w.contains("--nats-replicas 3")),
+        "{said:?}"
+    );
+    let _raising = NatsBackend::connect(config(&all, Some(3), false))
+        .await
+        .unwrap();
+    assert_eq!(replicas().await, Some(3), "--nats-replicas 3 was ignored");
+    first.ready().await.unwrap();
+    assert_eq!(first.warnings(), Vec::<String>::new());
 }
 
 /// Outside testers SIGSTOPped the server a `coord serve` was connected
@@ -552,7 +607,7 @@ async fn a_waiter_on_one_node_is_woken_by_a_write_through_another() {
     let cluster = Cluster::start("crossnode");
     let on_node = |name: &str| {
         let mut config = NatsConfig::new(&format!("nats://127.0.0.1:{}", cluster.port_of(name)));
-        config.replicas = 3;
+        config.replicas = Some(3);
         config.stream = "COORDCROSS".into();
         config.response_timeout = Duration::from_secs(15);
         config.recheck = Duration::from_secs(3600);
