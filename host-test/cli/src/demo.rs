@@ -11,11 +11,17 @@ use coord_host::{Instance, Runtime};
 
 use crate::demo_log::Log;
 use crate::inventory::Inventory;
+use crate::operate::Sentence;
 
 const LOCK_ID: &str = "inventory.stock";
 
+/// How long a demo instance waits for a lock another holds: long enough
+/// for several demos on one store to take their turns.
+const WAIT_MS: u64 = 30_000;
+
+/// A lock call's error as the operator commands say it.
 fn failed(e: Error) -> wasmtime::Error {
-    wasmtime::format_err!("lock call failed: {e:?}")
+    wasmtime::format_err!("a lock call failed: {}", e.sentence())
 }
 
 /// Run the five scenes on `backend`, writing to `inventory`.
@@ -57,12 +63,12 @@ pub async fn run(
 
     println!("\n2. A long job extends its lock before the TTL runs out.");
     let mut importer = runtime.instantiate().await?;
-    let lock = acquire_waiting(&mut importer, "item:0", 300).await?;
+    let lock = acquire_waiting(&mut importer, "item:0", 1000).await?;
     log.say(
         "importer",
-        format!("acquired item:0, fence {}, ttl 300 ms", lock.fence),
+        format!("acquired item:0, fence {}, ttl 1000 ms", lock.fence),
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let ExtendOutcome::Extended(lock) = importer
         .lock()
         .extend(&lock, Some(1000))
@@ -138,14 +144,14 @@ pub async fn run(
     Ok(())
 }
 
-/// Acquire `item`, waiting (the default policy: 2 s of retries, woken by a
-/// release) if another instance or process holds it.
+/// Acquire `item`, waiting (up to [`WAIT_MS`], woken by a release) if
+/// another instance or process holds it.
 async fn acquire_waiting(
     instance: &mut Instance,
     item: &str,
     ttl_ms: u64,
 ) -> wasmtime::Result<HeldLock> {
-    let options = AcquireOptions::new().ttl_ms(ttl_ms);
+    let options = AcquireOptions::new().ttl_ms(ttl_ms).wait_up_to(WAIT_MS);
     match instance
         .lock()
         .acquire(LOCK_ID, item, options)
@@ -213,4 +219,20 @@ async fn adjust_once(
     instance.lock().release(&lock).await?.map_err(failed)?;
     log.say(who, format!("released {item}"));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Outside testers saw `Error::Unavailable("redis: broken pipe")`: a
+    /// demo's errors are the operator commands' sentences.
+    #[test]
+    fn a_lock_calls_error_is_a_sentence_not_debug() {
+        let said = failed(Error::Unavailable("redis: broken pipe".into())).to_string();
+        assert_eq!(
+            said,
+            "a lock call failed: the store is unavailable: redis: broken pipe"
+        );
+    }
 }

@@ -17,7 +17,7 @@ pub async fn job_under_with_lock(
     inventory: &Inventory,
     log: &Log,
 ) -> wasmtime::Result<()> {
-    let how = WithLock::refreshing(AcquireOptions::new().ttl_ms(300).wait_up_to(2_000));
+    let how = WithLock::refreshing(AcquireOptions::new().ttl_ms(300).wait_up_to(30_000));
     let ran = runtime
         .with_lock("inventory.stock", "item:2", how, |guard| async move {
             log.say(
@@ -49,10 +49,15 @@ pub async fn job_under_with_lock(
         .await
         .map_err(|e| wasmtime::format_err!("{e}"))?;
     match ran {
-        Ran::Done(result) => result?,
-        Ran::Busy(holder) => log.say("recount", format!("busy: fence {} holds it", holder.fence)),
+        Ran::Done(result) => {
+            result?;
+            log.say("recount", "done after 1.5 s, five TTLs; released");
+        }
+        Ran::Busy(holder) => log.say(
+            "recount",
+            format!("busy: fence {} holds it (another demo's job)", holder.fence),
+        ),
     }
-    log.say("recount", "done after 1.5 s, five TTLs; released");
     Ok(())
 }
 
@@ -64,15 +69,18 @@ pub async fn lease_failover(
     inventory: &Inventory,
     log: &Log,
 ) -> wasmtime::Result<()> {
-    // A lease of this run's own: two demos on one store at once each tell
-    // their own crash story (on a shared name, the second found the
-    // first's node-b holding it, and failed).
+    // A lease and a ledger of this run's own: demos on one store at once
+    // each tell their own crash story. On a shared lease name, the second
+    // found the first's node-b holding it; on a shared ledger, one demo's
+    // write was refused by another's epoch (correct, but not this story).
     let name = format!("inventory.ledger.{}", std::process::id());
     let name = name.as_str();
+    let ledger = format!("ledger.{}", std::process::id());
+    let ledger = ledger.as_str();
     let ttl = Duration::from_millis(600);
     let write = |node: &'static str| {
         move |token: coord_host::lease_manager::Token| async move {
-            let stock = inventory.adjust("ledger", 1, token.epoch()).await;
+            let stock = inventory.adjust(ledger, 1, token.epoch()).await;
             (node, token.epoch(), stock)
         }
     };
@@ -125,9 +133,14 @@ pub async fn lease_failover(
                 holder.node, holder.epoch
             ),
         ),
-        other => wasmtime::bail!("the restarted node-a must not write: {other:?}"),
+        Ok((_, epoch, _)) => {
+            wasmtime::bail!("the restarted node-a wrote at epoch {epoch}: it must not")
+        }
+        Err(other) => {
+            wasmtime::bail!("the restarted node-a was refused for another reason: {other}")
+        }
     }
-    match inventory.adjust("ledger", 1, a_epoch).await {
+    match inventory.adjust(ledger, 1, a_epoch).await {
         Ok(_) => wasmtime::bail!("a write with node-a's old epoch was accepted"),
         Err(why) => log.say("node-a", format!("a write with its old epoch: {why}")),
     }

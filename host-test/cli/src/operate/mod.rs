@@ -188,7 +188,8 @@ fn did_not_answer() -> wasmtime::Error {
 }
 
 /// A component's error as a sentence for the operator.
-trait Sentence {
+pub(crate) trait Sentence {
+    /// The error, said as the operator commands say it.
     fn sentence(&self) -> String;
 }
 
