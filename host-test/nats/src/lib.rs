@@ -253,7 +253,24 @@ impl NatsBackend {
             warnings: Mutex::default(),
         };
         backend.ensure_stream().await?;
+        backend.until_the_stream_has_a_leader().await;
         Ok(backend)
+    }
+
+    /// Wait, up to the response timeout, until the stream names a leader
+    /// with a quorum: a stream just made (or a cluster just started) elects
+    /// its leader in its first seconds, and calls in that window waited
+    /// out their reads. A stream still without one after that is left to
+    /// the calls (`unavailable`) and to `/readyz`, which says so.
+    async fn until_the_stream_has_a_leader(&self) {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(20);
+        while self.stream_has_leader().await.is_err()
+            && started.elapsed() < self.config.response_timeout
+        {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
     }
 
     /// The stream's layout as coord makes it.

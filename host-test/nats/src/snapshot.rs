@@ -397,7 +397,7 @@ impl NatsBackend {
 
     /// Run the read `attempt` until it answers, again while the stream is
     /// between leaders (JetStream's 10008 "temporarily unavailable", no
-    /// responders, or no answer within half the response timeout: a
+    /// responders, or no answer within a third of the response timeout: a
     /// leader stepping down drops requests), until the response timeout
     /// since `started` has passed. A read changes nothing, so trying it
     /// again is always safe; a leader stepping down under contention made
@@ -415,7 +415,12 @@ impl NatsBackend {
         loop {
             tries += 1;
             let left = budget.saturating_sub(started.elapsed());
-            let bound = (budget / 2)
+            // A third of the budget per try: a request the server dropped
+            // (its API queue full under load, a leader still settling)
+            // costs a third of the response timeout, and two more tries
+            // remain (with halves, outside testers saw three adjusts in
+            // the first 12 s of a loaded 3-replica run fail after two).
+            let bound = (budget / 3)
                 .min(left)
                 .max(std::time::Duration::from_millis(50));
             let error = match tokio::time::timeout(bound, attempt()).await {
