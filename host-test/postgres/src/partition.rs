@@ -54,6 +54,37 @@ pub(super) async fn server_now(pool: &Pool) -> Result<u64, StoreError> {
     micros(now).map(|us| us / 1000)
 }
 
+/// Whether the server would take a write now: `unavailable` from a
+/// standby (in recovery) or a session whose transactions are read-only
+/// (`default_transaction_read_only`), which answer reads and the clock
+/// while every write fails.
+pub(super) async fn takes_writes(pool: &Pool) -> Result<(), StoreError> {
+    let client = pool.get().await.map_err(unavailable)?;
+    let row = client
+        .query_typed(
+            "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')",
+            &[],
+        )
+        .await
+        .map_err(refused)?;
+    let row = row
+        .first()
+        .ok_or_else(|| unavailable("no answer to the readiness query"))?;
+    let in_recovery: bool = row.try_get(0).map_err(unavailable)?;
+    let read_only: String = row.try_get(1).map_err(unavailable)?;
+    if in_recovery {
+        return Err(unavailable(
+            "the server is a standby (in recovery): it takes no write",
+        ));
+    }
+    if read_only == "on" {
+        return Err(unavailable(
+            "this server's sessions are read-only (default_transaction_read_only): no write can land",
+        ));
+    }
+    Ok(())
+}
+
 /// The clock column as microseconds, or `unavailable` before 1970.
 fn micros(clock: i64) -> Result<u64, StoreError> {
     u64::try_from(clock).map_err(|_| unavailable(format!("the server's clock reads {clock} µs")))
@@ -70,6 +101,13 @@ impl PostgresBackend {
         self.trip();
         let now = self.bounded(server_now(&self.pool)).await?;
         Ok(self.test_now().unwrap_or(now))
+    }
+
+    /// Whether the store takes a write now ([`takes_writes`]), within the
+    /// response timeout.
+    pub(super) async fn writable(&self) -> Result<(), StoreError> {
+        self.trip();
+        self.bounded(takes_writes(&self.pool)).await
     }
 
     /// `attempt`, or `unavailable` once the response timeout passes.

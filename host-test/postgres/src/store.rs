@@ -44,8 +44,9 @@ impl Backend for PostgresBackend {
         self.clock().await
     }
 
+    /// Whether a write could land: not a standby, not read-only sessions.
     async fn ready(&self) -> Result<(), StoreError> {
-        self.clock().await.map(|_| ())
+        self.writable().await
     }
 
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {

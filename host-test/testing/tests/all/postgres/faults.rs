@@ -370,3 +370,69 @@ async fn a_server_restarted_cleanly_keeps_every_holder_and_fences_rise() {
 async fn a_server_crashed_and_restarted_keeps_every_committed_holder_and_fences_rise() {
     through_a_restart(Stop::Immediate).await;
 }
+
+/// A server made read-only (as managed PostgreSQL does when its disk fills:
+/// `default_transaction_read_only` for every session) still tells the time
+/// and answers reads while every write fails: it is not ready. Before,
+/// readiness asked for the clock alone and said ready (issue 48: a probe
+/// exercises what it claims). Made writable again, it is ready and writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_made_read_only_is_not_ready_and_writes_are_unavailable() {
+    let server = tokio::task::spawn_blocking(PrivateServer::start)
+        .await
+        .unwrap()
+        .unwrap();
+    let backend = PostgresBackend::connect(postgres_config(&server.url(), 64, None))
+        .await
+        .unwrap();
+    backend.ready().await.unwrap();
+    let admin = session(&server.url()).await;
+    // One statement a call: ALTER SYSTEM refuses a transaction block.
+    for sql in [
+        "ALTER SYSTEM SET default_transaction_read_only = on",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(sql).await.unwrap();
+    }
+    // Each session takes the reload at its next statement.
+    bounded(async {
+        while backend.ready().await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    backend.now().await.unwrap();
+    bounded(async {
+        for n in 0.. {
+            let key = format!("holder{n}");
+            match backend
+                .put(FREE, &key, b"a", Some(60_000), &Condition::Absent)
+                .await
+            {
+                Err(StoreError::Unavailable(_)) => break,
+                // A pooled session that has not taken the reload yet.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(other) => panic!("a write to a read-only server: {other:?}"),
+            }
+        }
+    })
+    .await;
+    for sql in [
+        "ALTER SYSTEM RESET default_transaction_read_only",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(sql).await.unwrap();
+    }
+    bounded(async {
+        while backend.ready().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    applied(
+        backend
+            .put(FREE, "again", b"a", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+}
