@@ -41,9 +41,10 @@ pub fn semaphore_partition(id: &str, resource: &str) -> String {
     partition("~sem", id, resource)
 }
 
-/// The partition marking which reservations of rate limiter `id`'s `key`
-/// were settled; unwatched. Each mark is an entry keyed by the
-/// reservation's token.
+/// The partition holding the store's record of each reservation made
+/// against rate limiter `id`'s `key` (what was issued, and whether it was
+/// settled); unwatched. Each record is an entry keyed by the reservation's
+/// token.
 pub fn reservation_partition(id: &str, key: &str) -> String {
     partition("~rsv", id, key)
 }
