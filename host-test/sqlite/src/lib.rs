@@ -18,10 +18,15 @@
 //! the file as the last commit had it (the journal rolls it back). The
 //! file is in WAL mode with `synchronous = NORMAL`: a commit survives the
 //! process, and a power loss may lose the last commits, never corrupt the
-//! file. A call that cannot get the write lock within
-//! [`SqliteConfig::busy_timeout`] (another process holding a long write)
-//! is `unavailable`, as is every other failure (a read-only file, a full
-//! disk).
+//! file. A call that cannot start and get the write lock within
+//! [`SqliteConfig::busy_timeout`] of its arrival (this process's calls
+//! before it, another process holding a long write) is `unavailable`, as
+//! is every other failure (a read-only file, a full disk, a file deleted
+//! under the process: `file.rs`).
+//!
+//! **One thread owns the connection** and runs the calls back to back in
+//! arrival order; a caller awaits its call's answer and may give up (its
+//! deadline): a call not started by then never runs.
 //!
 //! **Time** is this host's clock (every process on the file shares it),
 //! never going back within a partition. Revisions are floored at the clock
@@ -107,23 +112,22 @@ impl SqliteConfig {
     }
 }
 
-/// The store on SQLite. One connection, used by one call at a time, each
-/// on a thread for blocking work so that the caller's task stays free to
-/// give up at its deadline; calls of other processes on the same file take
-/// turns with it.
+/// The store on SQLite. One connection, owned by a thread of its own that
+/// runs the calls one at a time in arrival order, so that the caller's
+/// task stays free to give up at its deadline; calls of other processes on
+/// the same file take turns with it.
 pub struct SqliteBackend {
     shared: Arc<Shared>,
-    /// Taken in arrival order; a call that cannot have it within the busy
-    /// timeout answers `unavailable`. `None` while a connection opened
-    /// read-only was closed and no new one could be opened yet.
-    connection: Arc<tokio::sync::Mutex<Option<Connection>>>,
+    /// The calls for the connection's thread. A call that cannot start
+    /// within the busy timeout answers `unavailable`.
+    calls: Calls,
     /// Writes of this process: (partition, revision).
     notifications: broadcast::Sender<(String, u64)>,
     asleep: Mutex<HashMap<String, usize>>,
     collecting: JoinHandle<()>,
 }
 
-/// What a call needs on its blocking thread besides the connection.
+/// What a call needs on the connection's thread besides the connection.
 struct Shared {
     config: SqliteConfig,
     clock: SystemClock,
@@ -174,12 +178,12 @@ impl SqliteBackend {
             read_only: std::sync::atomic::AtomicBool::new(false),
             reopened: Mutex::new(None),
         });
-        let connection = Arc::new(tokio::sync::Mutex::new(Some(connection)));
+        let calls = Calls::start(connection, shared.clone())?;
         let (notifications, _) = broadcast::channel(1024);
-        let collecting = tokio::spawn(collect(connection.clone(), shared.clone()));
+        let collecting = tokio::spawn(collect(calls.clone(), shared.clone()));
         Ok(SqliteBackend {
             shared,
-            connection,
+            calls,
             notifications,
             asleep: Mutex::new(HashMap::new()),
             collecting,
@@ -192,14 +196,14 @@ impl SqliteBackend {
         self.shared.now_us() / 1000
     }
 
-    /// Run `work` on the connection, on a thread for blocking work, within
+    /// Run `work` on the connection, on the connection's thread, within
     /// the busy timeout from now: the wait for this process's earlier calls
     /// and then for another process's write lock together.
     async fn with_connection<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Shared, &mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        run(&self.connection, &self.shared, work).await
+        run(&self.calls, &self.shared, work).await
     }
 
     /// Whether the file takes a write now: the probe row rewritten and
@@ -266,54 +270,99 @@ impl Drop for Asleep<'_> {
     }
 }
 
-/// Run `work` on `connection` as [`SqliteBackend::with_connection`] does.
+/// A call for the connection's thread: it runs with the connection (none
+/// while a read-only one was closed and no new one could be opened yet).
+type Call = Box<dyn FnOnce(&Shared, &mut Option<Connection>) + Send>;
+
+/// The way to the thread that owns the connection.
+#[derive(Clone)]
+struct Calls(std::sync::mpsc::Sender<Call>);
+
+impl Calls {
+    /// Start the connection's thread; it ends when every sender is gone.
+    fn start(connection: Connection, shared: Arc<Shared>) -> Result<Calls, StoreError> {
+        let (sender, calls) = std::sync::mpsc::channel::<Call>();
+        std::thread::Builder::new()
+            .name("coord-sqlite".into())
+            .spawn(move || {
+                let mut connection = Some(connection);
+                // Back to back while calls queue: no thread is woken
+                // between two of them.
+                for call in calls {
+                    call(&shared, &mut connection);
+                }
+            })
+            .map_err(|e| unavailable(format!("starting the connection's thread: {e}")))?;
+        Ok(Calls(sender))
+    }
+}
+
+/// Run `work` on the connection as [`SqliteBackend::with_connection`] does.
 async fn run<T: Send + 'static>(
-    connection: &Arc<tokio::sync::Mutex<Option<Connection>>>,
+    calls: &Calls,
     shared: &Arc<Shared>,
     work: impl FnOnce(&Shared, &mut Connection) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
     let started = Instant::now();
     let bound = shared.config.busy_timeout;
     shared.still_the_file()?;
-    let Ok(mut turn) = tokio::time::timeout(bound, connection.clone().lock_owned()).await else {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    // Once started, the work runs to its end even if the caller has given
+    // up (its deadline passed): a transaction is never cut in the middle.
+    // A call that waited its whole busy timeout for the calls before it
+    // does not start.
+    let call: Call = Box::new(move |shared, turn| {
+        if answer.is_closed() {
+            return;
+        }
+        let _ = answer.send(run_now(shared, turn, started, bound, work));
+    });
+    calls
+        .0
+        .send(call)
+        .map_err(|_| unavailable("the connection's thread has ended"))?;
+    // The call itself keeps to the busy timeout (it does not start past
+    // it, and SQLite waits for the write lock no longer than what is
+    // left), so its answer is the truth: an `unavailable` for a busy
+    // timeout wrote nothing. A caller that gives up meanwhile drops this
+    // wait, and a call not started yet is then never run.
+    answered
+        .await
+        .unwrap_or_else(|_| Err(unavailable("the connection's thread has ended")))
+}
+
+/// `work` on the connection's thread, with what is left of the busy
+/// timeout since the call was `started`.
+fn run_now<T>(
+    shared: &Shared,
+    turn: &mut Option<Connection>,
+    started: Instant,
+    bound: Duration,
+    work: impl FnOnce(&Shared, &mut Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    shared.still_the_file()?;
+    let left = bound.saturating_sub(started.elapsed());
+    if left.is_zero() {
         return Err(unavailable(format!(
-            "no turn on the database within the {} ms busy timeout: this process's calls \
-             before this one are still waiting (another process holds the write lock, or \
-             the disk is slow)",
+            "the {} ms busy timeout passed before the call could start",
             bound.as_millis()
         )));
+    }
+    shared.reopen_if_read_only(turn);
+    let Some(connection) = turn.as_mut() else {
+        return Err(unavailable(format!(
+            "the database {} is not open: it was read-only, and opening it again failed",
+            shared.place()
+        )));
     };
-    let shared = shared.clone();
-    // Once started, the work runs to its end even if the caller has given
-    // up (its deadline passed): a transaction is never cut in the middle,
-    // and the connection is free again when it ends.
-    tokio::task::spawn_blocking(move || {
-        shared.still_the_file()?;
-        let left = bound.saturating_sub(started.elapsed());
-        if left.is_zero() {
-            return Err(unavailable(format!(
-                "the {} ms busy timeout passed before the call could start",
-                bound.as_millis()
-            )));
-        }
-        shared.reopen_if_read_only(&mut turn);
-        let Some(connection) = turn.as_mut() else {
-            return Err(unavailable(format!(
-                "the database {} is not open: it was read-only, and opening it again failed",
-                shared.place()
-            )));
-        };
-        connection.busy_timeout(left).map_err(unavailable)?;
-        let done = work(&shared, connection);
-        if let Err(StoreError::Unavailable(why)) = &done
-            && why.contains(READ_ONLY_ERROR)
-        {
-            shared.read_only.store(true, Ordering::Relaxed);
-        }
-        done
-    })
-    .await
-    .map_err(|e| unavailable(format!("a database call ended early: {e}")))?
+    connection.busy_timeout(left).map_err(unavailable)?;
+    let done = work(shared, connection);
+    if let Err(StoreError::Unavailable(why)) = &done
+        && why.contains(READ_ONLY_ERROR)
+    {
+        shared.read_only.store(true, Ordering::Relaxed);
+    }
+    done
 }
 
 impl Shared {
@@ -392,10 +441,10 @@ impl Shared {
 }
 
 /// Delete the rows whose partitions may go, every `collect_every`.
-async fn collect(connection: Arc<tokio::sync::Mutex<Option<Connection>>>, shared: Arc<Shared>) {
+async fn collect(calls: Calls, shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(shared.config.collect_every).await;
-        let deleted = run(&connection, &shared, |shared, connection| {
+        let deleted = run(&calls, &shared, |shared, connection| {
             let now = i64::try_from(shared.now_us() / 1000).unwrap_or(i64::MAX);
             connection
                 .execute("DELETE FROM coord_partitions WHERE collect_at < ?1", [now])

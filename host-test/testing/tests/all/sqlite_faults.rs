@@ -102,8 +102,8 @@ impl Drop for WriteLock {
 /// holds the write lock: before, each waited its own busy timeout in turn,
 /// so the last answered after ten of them (outside testers: 20-25 s for a
 /// 5 s timeout); now every call's whole wait, queue included, is the one
-/// busy timeout. The bound asserted is three timeouts, far from the ten
-/// the defect took, so a busy machine does not fail it.
+/// busy timeout. The bound asserted is five timeouts, half the ten the
+/// defect took, so a busy machine does not fail it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_queued_behind_others_waits_one_busy_timeout_in_all() {
     const BUSY: Duration = Duration::from_secs(1);
@@ -132,7 +132,7 @@ async fn a_call_queued_behind_others_waits_one_busy_timeout_in_all() {
             "a write while another process holds the lock: {reply:?}"
         );
         assert!(
-            took < BUSY * 3,
+            took < BUSY * 5,
             "a queued call answered after {took:?}, past its {BUSY:?} busy timeout"
         );
     }
@@ -141,7 +141,7 @@ async fn a_call_queued_behind_others_waits_one_busy_timeout_in_all() {
         "ready while the file is write-locked"
     );
     assert!(
-        ready_took < Duration::from_secs(6),
+        ready_took < Duration::from_secs(8),
         "a 2 s readiness timeout answered after {ready_took:?}"
     );
     drop(lock);
