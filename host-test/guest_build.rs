@@ -5,6 +5,13 @@
 //! `cargo build` into a target directory of their own (sharing the outer
 //! one would deadlock on its lock), then wrapped into components with
 //! `wit-component`.
+//!
+//! A crate published from this workspace has no workspace around it: its
+//! tarball carries the components as they were built for the release
+//! (`prebuilt/`, written by `cargo run -p coord-release`), and this script
+//! copies those instead of building. In the workspace it always builds, so
+//! an edit to a guest is what the tests run; `packaging.rs` in coord-testing
+//! proves the prebuilt bytes equal to that fresh build (docs/packaging.md).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,6 +31,31 @@ pub fn rerun_if_changed(root: &Path, watched: &[&str]) {
     for path in watched {
         println!("cargo:rerun-if-changed={}", root.join(path).display());
     }
+}
+
+/// Whether the guests' sources are here (a checkout of the workspace), not
+/// only this crate (a published tarball, or its verification by `cargo
+/// package`): `marker` is a file of the guests' sources under the root.
+pub fn in_workspace(root: &Path, marker: &str) -> bool {
+    root.join(marker).is_file() && root.join("wit/world.wit").is_file()
+}
+
+/// Copy each component of `outputs` from this crate's `prebuilt/` folder to
+/// `OUT_DIR`: what a published crate embeds.
+pub fn copy_prebuilt(outputs: &[(&str, &str)]) -> anyhow::Result<()> {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    for (_, component) in outputs {
+        let prebuilt = manifest_dir.join("prebuilt").join(component);
+        println!("cargo:rerun-if-changed={}", prebuilt.display());
+        std::fs::copy(&prebuilt, out_dir.join(component)).map_err(|error| {
+            anyhow::anyhow!(
+                "{} (the component this crate ships): {error}",
+                prebuilt.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Build `packages` with the `guest` profile and write each
@@ -47,7 +79,7 @@ pub fn build_components(
     for package in packages {
         command.args(["-p", package]);
     }
-    let status = command
+    command
         .args(["--target", GUEST_TARGET, "--target-dir"])
         .arg(&guest_target)
         // The outer build's wrappers (clippy, coverage) and flags are for the host, not the guest.
@@ -55,8 +87,16 @@ pub fn build_components(
         .env_remove("RUSTC_WRAPPER")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_TARGET_DIR")
-        .status()?;
+        .env_remove("CARGO_TARGET_DIR");
+    // Registry sources are named by where this machine keeps them: remapped,
+    // the bytes do not depend on it (prebuilt/ must equal a fresh build).
+    if let Some(cargo_home) = cargo_home() {
+        command.env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            format!("--remap-path-prefix={}=/cargo", cargo_home.display()),
+        );
+    }
+    let status = command.status()?;
     anyhow::ensure!(status.success(), "building {packages:?} failed: {status}");
 
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
@@ -67,6 +107,13 @@ pub fn build_components(
         std::fs::write(target_dir.join(component), &encoded)?;
     }
     Ok(())
+}
+
+/// Cargo's home: `CARGO_HOME`, else `~/.cargo`.
+fn cargo_home() -> Option<PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
 }
 
 /// The target the guests are compiled for.

@@ -6,7 +6,7 @@
 #![allow(missing_docs, unsafe_code, clippy::all)]
 
 wit_bindgen::generate!({
-    path: "../wit",
+    path: "wit",
     world: "coordinator",
     generate_all,
     pub_export_macro: true,

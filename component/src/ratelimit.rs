@@ -4,7 +4,7 @@
 //! is one `meter` request, which the store decides atomically on its own
 //! clock (the algorithms are in [`crate::meter`]), so every instance on
 //! every host shares the limit. Reservations (reserve, then settle to the
-//! real cost) are in [`reservations`].
+//! real cost) are in the `reservations` module beside this one.
 
 use crate::bindings::exports::coord::sync::ratelimit::{
     Algorithm, Decision, Error, InvalidArgument, Limiter,

@@ -58,7 +58,7 @@ pub use space::{Entry, Snapshot, Space, SpaceError};
 pub mod bindings {
     #![allow(missing_docs, unsafe_code, clippy::all)]
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         world: "coord:sync/client",
         generate_all,
     });

@@ -64,7 +64,7 @@ pub struct StoreArgs {
     /// Keep coordination state in PostgreSQL: URL
     /// (postgres://USER:PASSWORD@HOST:PORT/DATABASE), else $DATABASE_URL,
     /// else postgres://postgres@127.0.0.1:5432/postgres. Processes on one
-    /// database share it, in the table <prefix>_partitions (made if
+    /// database share it, in the table PREFIX_partitions (made if
     /// missing). Without the flag, a non-empty $COORD_POSTGRES_URL means
     /// the same as --postgres $COORD_POSTGRES_URL.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",

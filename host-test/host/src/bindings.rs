@@ -7,7 +7,7 @@
 #![allow(missing_docs, clippy::all)]
 
 wasmtime::component::bindgen!({
-    path: "../../wit",
+    path: "wit",
     world: "coordinator",
     imports: { default: async },
     exports: { default: async },

@@ -129,7 +129,7 @@ pub mod ephemeral {
     };
 
     /// A watch open in one [`crate::Instance`]; use it only with that instance,
-    /// and close it with [`crate::Instance::close_watch`].
+    /// and close it with [`crate::EphemeralCalls::close_watch`] (`instance.ephemeral().close_watch(watcher)`).
     #[derive(Debug)]
     pub struct Watcher(pub(crate) wasmtime::component::ResourceAny);
 }

@@ -1,6 +1,7 @@
 //! The `coord` command's suites, in one test binary: `coord serve` over real
 //! HTTP, its admin listener, requests its deadline cuts, hostile clients,
-//! and the operator's commands. Each runs the built `coord` binary.
+//! the operator's commands (each runs the built `coord` binary), and what
+//! the packages carry.
 //!
 //! `cargo test --workspace --test cli -- serve::` runs one suite. The
 //! harness and the server spawners are coord-testing's.
@@ -12,6 +13,7 @@ use coord_testing as common;
 mod process;
 
 mod operate;
+mod packaging;
 mod serve;
 mod serve_admin;
 mod serve_before_store;

@@ -1,0 +1,1 @@
+../guest_build.rs
