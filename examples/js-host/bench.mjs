@@ -12,7 +12,7 @@ import { dropKeys, uniquePrefix, REDIS_URL } from './test/redis-env.js';
 const N = Number(process.env.N ?? 1000);
 const prefix = uniquePrefix('bench');
 const store = redisStore(REDIS_URL, { prefix });
-const { lock } = await import('./dist/coord.js');
+const { lock } = await import('./component.js');
 
 // Mean microseconds per call of `fn` over N calls, after N/10 to warm up.
 async function perCall(fn) {

@@ -13,7 +13,8 @@
 // The component is synchronous: a call that waits (an acquire with a wait
 // policy, a watch's next) blocks this thread for as long as it waits.
 
-import { lock as locks, ephemeral, ratelimit, lease as leases, semaphore as semaphores } from './dist/coord.js';
+import { instantiate, shared } from './component.js';
+import * as memory from './store.js';
 import { Unavailable, translated } from './errors.js';
 import * as arg from './arguments.js';
 
@@ -49,7 +50,7 @@ function waitPolicy({ retry, timeoutMs }) {
  * unless extended; `retry` ({maxAttempts, delayMs}) or `timeoutMs` says how
  * long to wait for a held lock (default: 11 attempts, 200 ms apart).
  */
-export function mutex(options) {
+function mutexOn(c, options) {
   const { id, ttlMs, retry, timeoutMs } = arg.options('options', options);
   arg.string('id', id);
   const defaults = { ttlMs: arg.u64('options.ttl-ms', ttlMs ?? 30000), wait: waitPolicy({ retry, timeoutMs }) };
@@ -64,14 +65,14 @@ export function mutex(options) {
     const opts = arg.options('options', options);
     const ttlMs = given(opts.ttlMs) ? arg.u64('options.ttl-ms', opts.ttlMs) : defaults.ttlMs;
     const wait = given(opts.retry) || given(opts.timeoutMs) ? waitPolicy(opts) : defaults.wait;
-    const outcome = translated(() => locks.acquire(id, resource, { ttlMs, wait }));
+    const outcome = translated(() => c.lock.acquire(id, resource, { ttlMs, wait }));
     return outcome.tag === 'acquired' ? outcome.val : null;
   }
 
   /** Release a held lock: true when this call freed it, false when it was no longer held. */
   function release(held) {
     const lock = arg.heldLock(held);
-    return translated(() => locks.release(lock));
+    return translated(() => c.lock.release(lock));
   }
 
   /**
@@ -81,26 +82,26 @@ export function mutex(options) {
   function extend(held, options) {
     const lock = arg.heldLock(held);
     const ttlMs = arg.optional(arg.u64, 'ttl-ms', arg.options('options', options).ttlMs);
-    const outcome = translated(() => locks.extend(lock, ttlMs));
+    const outcome = translated(() => c.lock.extend(lock, ttlMs));
     return outcome.tag === 'extended' ? outcome.val : null;
   }
 
   /** Whether `held` still holds its lock (the commit-point check). */
   function isHeld(held) {
     const lock = arg.heldLock(held);
-    return translated(() => locks.isHeld(lock));
+    return translated(() => c.lock.isHeld(lock));
   }
 
   /** Who holds `resource`'s lock: {fence, remainingMs}, or undefined. */
   function inspect(resource) {
     arg.string('resource', resource);
-    return translated(() => locks.inspect(id, resource));
+    return translated(() => c.lock.inspect(id, resource));
   }
 
   /** Free `resource`'s lock whoever holds it (an operator's action); true when a holder was removed. */
   function forceRelease(resource) {
     arg.string('resource', resource);
-    return translated(() => locks.forceRelease(id, resource));
+    return translated(() => c.lock.forceRelease(id, resource));
   }
 
   /**
@@ -218,7 +219,7 @@ function eventOf(codec, event) {
  * last upsert or touch. `maxValueBytes` bounds an encoded value; `encoding`
  * is `json` (the default: values are JSON) or `bytes` (Uint8Arrays as they are).
  */
-export function ephemeralSpace(options) {
+function ephemeralSpaceOn(c, options) {
   const { id, ttlMs, maxValueBytes, encoding } = arg.options('space', options);
   const codec = codecs[arg.oneOf('encoding', encoding ?? 'json', Object.keys(codecs))];
   const space = {
@@ -237,19 +238,19 @@ export function ephemeralSpace(options) {
     const named = arg.options('options', args);
     const [tenant, key] = entryKey(named);
     const value = codec.encode(named.value);
-    return translated(() => ephemeral.upsert(space, tenant, key, value));
+    return translated(() => c.ephemeral.upsert(space, tenant, key, value));
   }
 
   /** Renew `key`'s TTL; false when it no longer exists (recreate it). */
   function touch(args) {
     const [tenant, key] = entryKey(arg.options('options', args));
-    return translated(() => ephemeral.touch(space, tenant, key));
+    return translated(() => c.ephemeral.touch(space, tenant, key));
   }
 
   /** Remove `key`; false when it did not exist. */
   function remove(args) {
     const [tenant, key] = entryKey(arg.options('options', args));
-    return translated(() => ephemeral.delete(space, tenant, key));
+    return translated(() => c.ephemeral.delete(space, tenant, key));
   }
 
   /** The live entries (under `prefix`, if given) and the tenant's revision. */
@@ -257,7 +258,7 @@ export function ephemeralSpace(options) {
     const { tenantId, prefix } = arg.options('options', args);
     const tenant = arg.string('tenant', tenantId);
     const under = arg.optional(arg.string, 'prefix', prefix);
-    const s = translated(() => ephemeral.snapshot(space, tenant, under));
+    const s = translated(() => c.ephemeral.snapshot(space, tenant, under));
     return { entries: s.entries.map((e) => entryOf(codec, e)), revision: s.revision };
   }
 
@@ -284,7 +285,7 @@ export function ephemeralSpace(options) {
 
   // The watch, on checked arguments.
   async function* watching({ tenant, prefix, after, signal, slice }) {
-    const watcher = translated(() => ephemeral.watch(space, tenant, prefix, after));
+    const watcher = translated(() => c.ephemeral.watch(space, tenant, prefix, after));
     try {
       while (!signal?.aborted) {
         const event = translated(() => watcher.next(slice));
@@ -312,7 +313,7 @@ export function ephemeralSpace(options) {
  * `retry` or `timeoutMs` how long to wait for a place (default: 11
  * attempts, 200 ms apart). Permits are plain data with a bigint `fence`.
  */
-export function semaphore(options) {
+function semaphoreOn(c, options) {
   const { id, limit, ttlMs, retry, timeoutMs } = arg.options('options', options);
   arg.string('id', id);
   const places = arg.u32('limit', limit);
@@ -324,41 +325,41 @@ export function semaphore(options) {
     const opts = arg.options('options', options);
     const ttlMs = given(opts.ttlMs) ? arg.u64('options.ttl-ms', opts.ttlMs) : defaults.ttlMs;
     const wait = given(opts.retry) || given(opts.timeoutMs) ? waitPolicy(opts) : defaults.wait;
-    const outcome = translated(() => semaphores.acquire(id, resource, places, { ttlMs, wait }));
+    const outcome = translated(() => c.semaphore.acquire(id, resource, places, { ttlMs, wait }));
     return outcome.tag === 'acquired' ? outcome.val : null;
   }
 
   /** Release a permit: true when this call freed it, false when it was no longer held. */
   function release(held) {
     const record = arg.permit(held);
-    return translated(() => semaphores.release(record));
+    return translated(() => c.semaphore.release(record));
   }
 
   /** Push a permit's expiry to `ttlMs` (default: its own TTL) from now: the updated permit, or null when it was lost. */
   function extend(held, options) {
     const record = arg.permit(held);
     const ttlMs = arg.optional(arg.u64, 'ttl-ms', arg.options('options', options).ttlMs);
-    const outcome = translated(() => semaphores.extend(record, ttlMs));
+    const outcome = translated(() => c.semaphore.extend(record, ttlMs));
     return outcome.tag === 'extended' ? outcome.val : null;
   }
 
   /** Whether `held` is still held (the commit-point check before a fenced write). */
   function isHeld(held) {
     const record = arg.permit(held);
-    return translated(() => semaphores.isHeld(record));
+    return translated(() => c.semaphore.isHeld(record));
   }
 
   /** The live permits of `resource`: {permits: [{fence, remainingMs, limit}], now}. */
   function inspect(resource) {
     arg.string('resource', resource);
-    return translated(() => semaphores.inspect(id, resource));
+    return translated(() => c.semaphore.inspect(id, resource));
   }
 
   /** Free the permit of `resource` with this fence (an operator's action); true when it was removed. */
   function forceRelease(resource, fence) {
     arg.string('resource', resource);
     const f = arg.u64('fence', fence);
-    return translated(() => semaphores.forceRelease(id, resource, f));
+    return translated(() => c.semaphore.forceRelease(id, resource, f));
   }
 
   /**
@@ -389,7 +390,7 @@ const ALGORITHMS = ['sliding-window', 'fixed-window', 'token-bucket'];
  * counted by `algorithm` (`sliding-window`, the default, `fixed-window` or
  * `token-bucket`), shared by every host on the store.
  */
-export function rateLimiter(options) {
+function rateLimiterOn(c, options) {
   const { id, limit, windowMs, algorithm } = arg.options('limiter', options);
   const limiter = {
     id: arg.string('limiter.id', id),
@@ -403,19 +404,19 @@ export function rateLimiter(options) {
   function check(key, options) {
     arg.string('key', key);
     const cost = arg.optional(arg.u32, 'cost', arg.options('options', options).cost);
-    return decision(translated(() => ratelimit.check(limiter, key, cost)));
+    return decision(translated(() => c.ratelimit.check(limiter, key, cost)));
   }
 
   /** What check(key) would answer now, counting nothing. */
   function peek(key) {
     arg.string('key', key);
-    return decision(translated(() => ratelimit.peek(limiter, key)));
+    return decision(translated(() => c.ratelimit.peek(limiter, key)));
   }
 
   /** Forget what was counted for `key`. */
   function reset(key) {
     arg.string('key', key);
-    translated(() => ratelimit.reset(limiter, key));
+    translated(() => c.ratelimit.reset(limiter, key));
   }
 
   /**
@@ -425,7 +426,7 @@ export function rateLimiter(options) {
    */
   function reserve(key, cost, ttlMs) {
     const args = [arg.string('key', key), arg.u32('cost', cost), arg.u64('ttl-ms', ttlMs)];
-    const { decision: d, reservation } = translated(() => ratelimit.reserve(limiter, ...args));
+    const { decision: d, reservation } = translated(() => c.ratelimit.reserve(limiter, ...args));
     return { decision: decision(d), reservation: reservation ?? null };
   }
 
@@ -433,13 +434,13 @@ export function rateLimiter(options) {
   function settle(reservation, actual) {
     const r = arg.reservation(reservation);
     const units = arg.u32('actual', actual);
-    return translated(() => ratelimit.settle(limiter, r, units));
+    return translated(() => c.ratelimit.settle(limiter, r, units));
   }
 
   /** Give a reservation back whole (settle with 0). */
   function cancel(reservation) {
     const r = arg.reservation(reservation);
-    return translated(() => ratelimit.cancel(limiter, r));
+    return translated(() => c.ratelimit.cancel(limiter, r));
   }
 
   return { id, check, peek, reset, reserve, settle, cancel };
@@ -451,30 +452,63 @@ export function rateLimiter(options) {
  * gives them (epochs and times as bigints); a held lease given back is
  * checked field by field (`lease.epoch`), a number field becoming a bigint.
  */
-export const lease = {
-  /** Acquire, adopt or take over `name` for `node`: the held lease. */
-  acquire(name, node, ttlMs) {
-    const args = [arg.string('name', name), arg.string('node', node), arg.u64('ttl-ms', ttlMs)];
-    return translated(() => leases.acquire(...args));
-  },
-  /** Renew a held lease for its TTL from now. */
-  renew(held) {
-    const record = arg.heldLease(held);
-    return translated(() => leases.renew(record));
-  },
-  /** The commit-point check before a write: the lease as the store has it, or a throw. */
-  check(held) {
-    const record = arg.heldLease(held);
-    return translated(() => leases.check(record));
-  },
-  /** Give the lease up: true when this call gave it up. */
-  resign(held) {
-    const record = arg.heldLease(held);
-    return translated(() => leases.resign(record));
-  },
-  /** Who holds `name`, if anyone. */
-  observe(name) {
-    arg.string('name', name);
-    return translated(() => leases.observe(name));
-  },
-};
+function leaseOn(c) {
+  return {
+    /** Acquire, adopt or take over `name` for `node`: the held lease. */
+    acquire(name, node, ttlMs) {
+      const args = [arg.string('name', name), arg.string('node', node), arg.u64('ttl-ms', ttlMs)];
+      return translated(() => c.lease.acquire(...args));
+    },
+    /** Renew a held lease for its TTL from now. */
+    renew(held) {
+      const record = arg.heldLease(held);
+      return translated(() => c.lease.renew(record));
+    },
+    /** The commit-point check before a write: the lease as the store has it, or a throw. */
+    check(held) {
+      const record = arg.heldLease(held);
+      return translated(() => c.lease.check(record));
+    },
+    /** Give the lease up: true when this call gave it up. */
+    resign(held) {
+      const record = arg.heldLease(held);
+      return translated(() => c.lease.resign(record));
+    },
+    /** Who holds `name`, if anyone. */
+    observe(name) {
+      arg.string('name', name);
+      return translated(() => c.lease.observe(name));
+    },
+  };
+}
+
+/**
+ * coord's wrappers bound to a new instance of coord.wasm on `store`
+ * (default: the in-memory store, one per process, shared by every instance
+ * that uses it; or `redisStore(url)`). Instances on one store share every
+ * lock, lease, permit, entry and limit; each runs one call at a time.
+ */
+export function createCoord(options) {
+  const { store } = arg.options('options', options ?? {});
+  const c = instantiate(store ?? memory);
+  return {
+    mutex: (o) => mutexOn(c, o),
+    semaphore: (o) => semaphoreOn(c, o),
+    ephemeralSpace: (o) => ephemeralSpaceOn(c, o),
+    rateLimiter: (o) => rateLimiterOn(c, o),
+    lease: leaseOn(c),
+  };
+}
+
+// The process's shared instance, on the store `useStore` picks (host-store.js).
+
+/** A mutex on the shared instance (`createCoord().mutex` on an instance of your own). */
+export const mutex = (options) => mutexOn(shared, options);
+/** A semaphore on the shared instance. */
+export const semaphore = (options) => semaphoreOn(shared, options);
+/** An ephemeral space on the shared instance. */
+export const ephemeralSpace = (options) => ephemeralSpaceOn(shared, options);
+/** A rate limiter on the shared instance. */
+export const rateLimiter = (options) => rateLimiterOn(shared, options);
+/** Leases on the shared instance. */
+export const lease = leaseOn(shared);

@@ -7,14 +7,17 @@
 // Every failure to reach Redis, and every request that takes longer than
 // the response timeout, is the store's `unavailable`: never a hang.
 
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { workerData } from 'node:worker_threads';
 import { createClient, RESP_TYPES } from 'redis';
 import { serve } from './sync-bridge.js';
 import * as codec from './redis-codec.js';
 
 const config = workerData.data;
-const scriptsDir = new URL('../../host-test/redis/', import.meta.url);
+// The package's copy (scripts/, written by `npm pack` from
+// host-test/redis/), else the repository's own, in a checkout.
+const packaged = new URL('./scripts/', import.meta.url);
+const scriptsDir = existsSync(packaged) ? packaged : new URL('../../host-test/redis/', import.meta.url);
 const read = (name) => readFileSync(new URL(name, scriptsDir), 'utf8');
 
 // Scripts that cannot be read fail every request (rather than the thread,

@@ -3,7 +3,7 @@
 // wasmtime host runs.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { lock, ephemeral, ratelimit } from './dist/coord.js';
+import { lock, ephemeral, ratelimit } from './component.js';
 import { advance, stats } from './store.js';
 
 const noWait = { ttlMs: 1000n, wait: { tag: 'no-wait' } };

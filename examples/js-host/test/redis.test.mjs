@@ -13,7 +13,7 @@ const prefix = uniquePrefix('redis');
 const store = redisStore(REDIS_URL, { prefix });
 useStore(store);
 // Imported after useStore only for clarity: the store is looked up per call.
-const { lock, ephemeral, ratelimit } = await import('../dist/coord.js');
+const { lock, ephemeral, ratelimit } = await import('../component.js');
 
 after(async () => {
   await dropKeys(prefix);

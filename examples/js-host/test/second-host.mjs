@@ -17,7 +17,7 @@ import { decode, encode } from './wire.js';
 
 const store = redisStore(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { prefix: process.env.COORD_PREFIX });
 useStore(store);
-const { lock, ephemeral, ratelimit } = await import('../dist/coord.js');
+const { lock, ephemeral, ratelimit } = await import('../component.js');
 
 const command = decode(process.argv[2]);
 await sleep(command.delayMs ?? 0);
