@@ -20,8 +20,11 @@ from .errors import CoordError, from_wit
 from .linking import link_random, link_store
 from .store.types import Store
 
-#: The package's repository's build output: <repo>/target/coord.wasm.
-DEFAULT_WASM = Path(__file__).resolve().parents[3] / "target" / "coord.wasm"
+#: The component an installed package carries (the wheel's coord/_data/).
+PACKAGED_WASM = Path(__file__).resolve().parent / "_data" / "coord.wasm"
+
+#: In a checkout of the repository, its build output: <repo>/target/coord.wasm.
+REPOSITORY_WASM = Path(__file__).resolve().parents[3] / "target" / "coord.wasm"
 
 PACKAGE = "coord:sync"
 VERSION = "0.1.0"
@@ -32,9 +35,11 @@ _compiling = threading.Lock()
 
 
 def find_wasm(path: Union[str, os.PathLike, None] = None) -> Path:
-    """Where coord.wasm is: ``path`` if given, else ``$COORD_WASM``, else
-    ``<repo>/target/coord.wasm`` next to this package's checkout."""
-    chosen = Path(path or os.environ.get("COORD_WASM") or DEFAULT_WASM)
+    """Where coord.wasm is: ``path`` if given, else ``$COORD_WASM``, else the
+    one the installed package carries, else ``<repo>/target/coord.wasm`` in a
+    checkout of the repository."""
+    default = PACKAGED_WASM if PACKAGED_WASM.is_file() else REPOSITORY_WASM
+    chosen = Path(path or os.environ.get("COORD_WASM") or default)
     if not chosen.is_file():
         how = ("the path given" if path else "$COORD_WASM" if os.environ.get("COORD_WASM")
                else "the repository's build output")

@@ -39,8 +39,12 @@ from .types import (
     check_ttl, is_unwatched,
 )
 
-#: host-test/redis/, relative to this file (examples/py-host/coord/store/).
-DEFAULT_SCRIPTS_DIR = Path(__file__).resolve().parents[4] / "host-test" / "redis"
+#: The scripts an installed package carries (the wheel's coord/_data/redis/),
+#: else, in a checkout, the repository's host-test/redis/ (relative to this
+#: file, examples/py-host/coord/store/).
+PACKAGED_SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "_data" / "redis"
+DEFAULT_SCRIPTS_DIR = (PACKAGED_SCRIPTS_DIR if PACKAGED_SCRIPTS_DIR.is_dir()
+                       else Path(__file__).resolve().parents[4] / "host-test" / "redis")
 
 #: How often a call loads the scripts again after ``NOSCRIPT`` before it fails.
 RELOADS = 2
