@@ -1,48 +1,20 @@
-//! The `Backend` implementation on NATS: every operation is the in-memory
-//! state machine's, run by [`NatsBackend::transact`] on the partition's
-//! snapshot.
+//! NATS as a [`PartitionStore`]: every operation is the in-memory state
+//! machine's, run by [`NatsBackend::transact`] on the partition's snapshot;
+//! `coord_host::backend::partitioned` makes it a `Backend`.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_component::keys::is_unwatched;
 use futures_util::StreamExt;
 
-use coord_host::backend::{
-    Backend, ChangesReply, Condition, ListReply, MeterReply, MeterRequest, Millis, Outcome,
-    ReadReply, StoreError, WriteReply, no_feed,
-};
+use coord_host::backend::partitioned::{Answer, Operation, PartitionStore};
+use coord_host::backend::{Millis, StoreError};
 use coord_host::clock::Clock;
 
 use super::{NatsBackend, unavailable};
 
-impl NatsBackend {
-    /// Run a write and wrap its outcome with the now it was decided at.
-    ///
-    /// A create-if-absent (a lock's or a permit's acquire) always reads first: deciding
-    /// on what this host last saw, a holder that just released would take
-    /// the lock again before the waiters its release woke had read — one
-    /// round trip ahead of them every time (the 64-instance contention run
-    /// took 4 times as long, its waiters starved).
-    async fn write(
-        &self,
-        partition: &str,
-        condition: &Condition,
-        mut decide: impl FnMut(&mut coord_component::memory::Partition, u64) -> Outcome,
-    ) -> Result<WriteReply, StoreError> {
-        let skip_read = !matches!(
-            condition,
-            Condition::Absent | Condition::AbsentAndFewerThan(_)
-        );
-        let (outcome, now) = self
-            .transact(partition, skip_read, |p, now| decide(p, now))
-            .await?;
-        Ok(WriteReply { outcome, now })
-    }
-}
-
 #[async_trait]
-impl Backend for NatsBackend {
+impl PartitionStore for NatsBackend {
     fn kind(&self) -> &'static str {
         "nats"
     }
@@ -61,94 +33,21 @@ impl Backend for NatsBackend {
         NatsBackend::warnings(self)
     }
 
-    async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
-        let (entry, now) = self
-            .transact(partition, false, |p, now| p.get(key, now))
-            .await?;
-        Ok(ReadReply { entry, now })
-    }
-
-    async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
-        let ((entries, revision), now) = self
-            .transact(partition, false, |p, now| {
-                (p.list(prefix, now), p.revision())
-            })
-            .await?;
-        Ok(ListReply {
-            entries,
-            revision,
-            now,
-        })
-    }
-
-    async fn put(
+    /// A read, or a create-if-absent (a lock's or a permit's acquire),
+    /// reads the partition first; another write decides on what this host
+    /// last saw, and its compare-and-set retries when that was stale.
+    /// Deciding a create on a cached copy, a holder that just released
+    /// would take the lock again before the waiters its release woke had
+    /// read — one round trip ahead of them every time (the 64-instance
+    /// contention run took 4 times as long, its waiters starved).
+    async fn step(
         &self,
         partition: &str,
-        key: &str,
-        value: &[u8],
-        ttl_ms: Option<u64>,
-        condition: &Condition,
-    ) -> Result<WriteReply, StoreError> {
-        self.write(partition, condition, |p, now| {
-            p.put(key, value, ttl_ms, condition, now)
-        })
-        .await
-    }
-
-    async fn delete(
-        &self,
-        partition: &str,
-        key: &str,
-        condition: &Condition,
-    ) -> Result<WriteReply, StoreError> {
-        self.write(partition, condition, |p, now| p.delete(key, condition, now))
+        operation: Operation<'_>,
+    ) -> Result<(Answer, Millis), StoreError> {
+        let skip_read = !operation.needs_latest();
+        self.transact(partition, skip_read, |p, now| operation.apply(p, now))
             .await
-    }
-
-    async fn touch(
-        &self,
-        partition: &str,
-        key: &str,
-        ttl_ms: u64,
-        condition: &Condition,
-    ) -> Result<WriteReply, StoreError> {
-        self.write(partition, condition, |p, now| {
-            p.touch(key, ttl_ms, condition, now)
-        })
-        .await
-    }
-
-    async fn changes(
-        &self,
-        partition: &str,
-        after: u64,
-        max: u32,
-    ) -> Result<ChangesReply, StoreError> {
-        if is_unwatched(partition) {
-            return Err(no_feed(partition));
-        }
-        let ((changes, revision), now) = self
-            .transact(partition, false, |p, now| {
-                (p.changes(after, max, now), p.revision())
-            })
-            .await?;
-        Ok(ChangesReply {
-            changes: changes?,
-            revision,
-            now,
-        })
-    }
-
-    async fn meter(
-        &self,
-        partition: &str,
-        key: &str,
-        request: &MeterRequest,
-    ) -> Result<MeterReply, StoreError> {
-        Ok(self
-            .transact(partition, true, |p, now| p.meter(key, request, now))
-            .await?
-            .0)
     }
 
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {

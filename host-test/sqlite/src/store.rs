@@ -1,36 +1,20 @@
-//! The `Backend` implementation on SQLite: every operation is the
-//! in-memory state machine's, run by [`SqliteBackend::transact`] on the
-//! partition's row.
+//! SQLite as a [`PartitionStore`]: every operation is the in-memory state
+//! machine's, run by [`SqliteBackend::transact`] on the partition's row;
+//! `coord_host::backend::partitioned` makes it a `Backend`.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_component::keys::is_unwatched;
-use coord_component::memory::Partition;
 use tokio::sync::broadcast::error::RecvError;
 
-use coord_host::backend::{
-    Backend, ChangesReply, Condition, ListReply, MeterReply, MeterRequest, Millis, Outcome,
-    ReadReply, StoreError, WriteReply, no_feed,
-};
+use coord_host::backend::partitioned::{Answer, Operation, PartitionStore};
+use coord_host::backend::{Millis, StoreError};
 use coord_host::clock::Clock;
 
 use super::{SqliteBackend, unavailable};
 
-impl SqliteBackend {
-    /// Run a write and wrap its outcome with the now it was decided at.
-    async fn write(
-        &self,
-        partition: &str,
-        decide: impl FnOnce(&mut Partition, u64) -> Outcome + Send + 'static,
-    ) -> Result<WriteReply, StoreError> {
-        let (outcome, now) = self.transact(partition, decide).await?;
-        Ok(WriteReply { outcome, now })
-    }
-}
-
 #[async_trait]
-impl Backend for SqliteBackend {
+impl PartitionStore for SqliteBackend {
     fn kind(&self) -> &'static str {
         "sqlite"
     }
@@ -46,100 +30,15 @@ impl Backend for SqliteBackend {
         self.probe().await
     }
 
-    async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
-        let key = key.to_string();
-        let (entry, now) = self
-            .transact(partition, move |p, now| p.get(&key, now))
-            .await?;
-        Ok(ReadReply { entry, now })
-    }
-
-    async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
-        let prefix = prefix.to_string();
-        let ((entries, revision), now) = self
-            .transact(partition, move |p, now| {
-                (p.list(&prefix, now), p.revision())
-            })
-            .await?;
-        Ok(ListReply {
-            entries,
-            revision,
-            now,
-        })
-    }
-
-    async fn put(
+    /// The operation, owned, runs on the connection's thread.
+    async fn step(
         &self,
         partition: &str,
-        key: &str,
-        value: &[u8],
-        ttl_ms: Option<u64>,
-        condition: &Condition,
-    ) -> Result<WriteReply, StoreError> {
-        let (key, value, condition) = (key.to_string(), value.to_vec(), condition.clone());
-        self.write(partition, move |p, now| {
-            p.put(&key, &value, ttl_ms, &condition, now)
-        })
-        .await
-    }
-
-    async fn delete(
-        &self,
-        partition: &str,
-        key: &str,
-        condition: &Condition,
-    ) -> Result<WriteReply, StoreError> {
-        let (key, condition) = (key.to_string(), condition.clone());
-        self.write(partition, move |p, now| p.delete(&key, &condition, now))
+        operation: Operation<'_>,
+    ) -> Result<(Answer, Millis), StoreError> {
+        let operation = operation.into_owned();
+        self.transact(partition, move |p, now| operation.apply(p, now))
             .await
-    }
-
-    async fn touch(
-        &self,
-        partition: &str,
-        key: &str,
-        ttl_ms: u64,
-        condition: &Condition,
-    ) -> Result<WriteReply, StoreError> {
-        let (key, condition) = (key.to_string(), condition.clone());
-        self.write(partition, move |p, now| {
-            p.touch(&key, ttl_ms, &condition, now)
-        })
-        .await
-    }
-
-    async fn changes(
-        &self,
-        partition: &str,
-        after: u64,
-        max: u32,
-    ) -> Result<ChangesReply, StoreError> {
-        if is_unwatched(partition) {
-            return Err(no_feed(partition));
-        }
-        let ((changes, revision), now) = self
-            .transact(partition, move |p, now| {
-                (p.changes(after, max, now), p.revision())
-            })
-            .await?;
-        Ok(ChangesReply {
-            changes: changes?,
-            revision,
-            now,
-        })
-    }
-
-    async fn meter(
-        &self,
-        partition: &str,
-        key: &str,
-        request: &MeterRequest,
-    ) -> Result<MeterReply, StoreError> {
-        let (key, request) = (key.to_string(), *request);
-        Ok(self
-            .transact(partition, move |p, now| p.meter(&key, &request, now))
-            .await?
-            .0)
     }
 
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use coord_component::memory::{DEFAULT_HISTORY, Partition};
 use tokio::sync::watch;
 
+use super::partitioned::{Answer, Operation, PartitionStore};
 use super::*;
 use crate::clock::{Clock, SystemClock};
 
@@ -184,19 +185,10 @@ impl MemoryBackend {
     ) -> Result<(T, u64), StoreError> {
         self.with_slot(name, |slot, now| f(&mut slot.partition, now))
     }
-
-    fn write(
-        &self,
-        name: &str,
-        f: impl FnOnce(&mut Partition, u64) -> Outcome,
-    ) -> Result<WriteReply, StoreError> {
-        let (outcome, now) = self.with(name, f)?;
-        Ok(WriteReply { outcome, now })
-    }
 }
 
 #[async_trait]
-impl Backend for MemoryBackend {
+impl PartitionStore for MemoryBackend {
     fn kind(&self) -> &'static str {
         "memory"
     }
@@ -205,79 +197,12 @@ impl Backend for MemoryBackend {
         Ok(self.clock.now_ms())
     }
 
-    async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
-        let (entry, now) = self.with(partition, |p, now| p.get(key, now))?;
-        Ok(ReadReply { entry, now })
-    }
-
-    async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
-        let ((entries, revision), now) =
-            self.with(partition, |p, now| (p.list(prefix, now), p.revision()))?;
-        Ok(ListReply {
-            entries,
-            revision,
-            now,
-        })
-    }
-
-    async fn put(
+    async fn step(
         &self,
         partition: &str,
-        key: &str,
-        value: &[u8],
-        ttl_ms: Option<u64>,
-        condition: &Condition,
-    ) -> Result<WriteReply, StoreError> {
-        self.write(partition, |p, now| {
-            p.put(key, value, ttl_ms, condition, now)
-        })
-    }
-
-    async fn delete(
-        &self,
-        partition: &str,
-        key: &str,
-        condition: &Condition,
-    ) -> Result<WriteReply, StoreError> {
-        self.write(partition, |p, now| p.delete(key, condition, now))
-    }
-
-    async fn touch(
-        &self,
-        partition: &str,
-        key: &str,
-        ttl_ms: u64,
-        condition: &Condition,
-    ) -> Result<WriteReply, StoreError> {
-        self.write(partition, |p, now| p.touch(key, ttl_ms, condition, now))
-    }
-
-    async fn changes(
-        &self,
-        partition: &str,
-        after: u64,
-        max: u32,
-    ) -> Result<ChangesReply, StoreError> {
-        if coord_component::keys::is_unwatched(partition) {
-            return Err(no_feed(partition));
-        }
-        let ((changes, revision), now) = self.with(partition, |p, now| {
-            (p.changes(after, max, now), p.revision())
-        })?;
-        Ok(ChangesReply {
-            changes: changes?,
-            revision,
-            now,
-        })
-    }
-
-    async fn meter(
-        &self,
-        partition: &str,
-        key: &str,
-        request: &MeterRequest,
-    ) -> Result<MeterReply, StoreError> {
-        Ok(self.with(partition, |p, now| p.meter(key, request, now))?.0)
+        operation: Operation<'_>,
+    ) -> Result<(Answer, Millis), StoreError> {
+        self.with(partition, |p, now| operation.apply(p, now))
     }
 
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {

@@ -7,8 +7,15 @@
 //! directly (natively, with no wasm in between) by tests and benchmarks.
 //! The guarantees every method must keep are in `wit/store.wit`; the
 //! conformance suite in `tests/all/conformance/` checks them for each backend.
+//!
+//! A store that keeps each partition as the in-memory state machine (memory,
+//! SQLite, PostgreSQL, NATS) implements [`partitioned::PartitionStore`]
+//! instead: one step that applies a call to one partition, its clock and its
+//! wait; [`partitioned`] makes it a [`Backend`]. Redis runs its own scripts
+//! and implements [`Backend`] itself.
 
 pub mod memory;
+pub mod partitioned;
 
 use async_trait::async_trait;
 pub use coord_component::store::{
