@@ -363,7 +363,8 @@ async fn sql_stores(cli: &Cli, redis_url: &str, effort: Effort) -> wasmtime::Res
     if let Ok(client) = pool.get().await {
         let _ = client
             .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {table}; DROP SEQUENCE IF EXISTS {table}_versions;"
+                "DROP TABLE IF EXISTS {table}, {table}_settings; \
+                     DROP SEQUENCE IF EXISTS {table}_versions;"
             ))
             .await;
     }

@@ -4,7 +4,9 @@
 //! SQLite file; beside them, what a PostgreSQL user picks instead of a lock
 //! (`pg_try_advisory_lock` + `pg_advisory_unlock`), the round-trip floor
 //! of each server (a Redis `PING`, a PostgreSQL `SELECT 1`), and a durable
-//! write's on PostgreSQL (a one-row `UPDATE`, with and without a `NOTIFY`).
+//! write's on PostgreSQL (a one-row `UPDATE`, with and without a `NOTIFY`,
+//! and relaxed: `synchronous_commit = off`). coord's PostgreSQL calls run
+//! again with the table's durability relaxed.
 //!
 //! Last, a lock handed from its holder to a waiter on another backend (as
 //! on another host, or in another process on the SQLite file), and on the
@@ -75,16 +77,22 @@ impl Step for AdvisoryPair {
     }
 }
 
-/// A durable write on PostgreSQL, one statement: `UPDATE` of row `.2` of
-/// table `.1`, committed (flushed to disk) before it answers; with `.3`,
-/// with a `NOTIFY` in the same statement, as coord's writes that a waiter
-/// waits for.
-struct DurableWrite(Pool, Arc<str>, i64, bool);
+/// A write on PostgreSQL, one statement: `UPDATE` of row `.2` of table
+/// `.1`; with `.3`, with a `NOTIFY` in the same statement, as coord's
+/// writes that a waiter waits for. Durable (flushed to disk before it
+/// answers) unless `.4`: then with `synchronous_commit = off` for its own
+/// transaction, set as coord's relaxed writes set it.
+struct UpdateRow(Pool, Arc<str>, i64, bool, bool);
 
-impl Step for DurableWrite {
+impl Step for UpdateRow {
     async fn step(&mut self) -> wasmtime::Result<()> {
         let client = self.0.get().await.map_err(|e| failed(&e.to_string()))?;
-        let update = format!("UPDATE {} SET v = v + 1 WHERE id = $1", self.1);
+        let relaxed = if self.4 {
+            " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
+        } else {
+            ""
+        };
+        let update = format!("UPDATE {} SET v = v + 1 WHERE id = $1{relaxed}", self.1);
         let sql = if self.3 {
             format!(
                 "WITH w AS ({update} RETURNING id) SELECT pg_notify('{}', 'x') FROM w",
@@ -103,6 +111,23 @@ impl Step for DurableWrite {
             .map_err(|e| failed(&e.to_string()))?;
         Ok(())
     }
+}
+
+/// Set the durability of `postgres`'s table, as an operator would.
+async fn set_durability(
+    pool: &Pool,
+    postgres: &PostgresBackend,
+    mode: &str,
+) -> wasmtime::Result<()> {
+    pool.get()
+        .await
+        .map_err(|e| failed(&e.to_string()))?
+        .batch_execute(&format!(
+            "UPDATE {}_settings SET durability = '{mode}'",
+            postgres.table()
+        ))
+        .await
+        .map_err(|e| failed(&e.to_string()))
 }
 
 /// Time `reps` steps of `step`.
@@ -218,7 +243,7 @@ pub async fn compare(
         .await
         .map_err(|e| failed(&e.to_string()))?;
     let write = time_steps(
-        &mut DurableWrite(pool.clone(), refs.clone(), 0, false),
+        &mut UpdateRow(pool.clone(), refs.clone(), 0, false, false),
         reps,
     )
     .await?;
@@ -226,11 +251,39 @@ pub async fn compare(
         "a durable UPDATE (write limit)",
         [(None, 0.0), (Some(write), 1.0), (None, 0.0)],
     );
-    let notify = time_steps(&mut DurableWrite(pool.clone(), refs.clone(), 0, true), reps).await?;
+    let notify = time_steps(
+        &mut UpdateRow(pool.clone(), refs.clone(), 0, true, false),
+        reps,
+    )
+    .await?;
     row(
         "the UPDATE with a NOTIFY",
         [(None, 0.0), (Some(notify), 1.0), (None, 0.0)],
     );
+    let relaxed_write = time_steps(
+        &mut UpdateRow(pool.clone(), refs.clone(), 0, false, true),
+        reps,
+    )
+    .await?;
+    row(
+        "the UPDATE, relaxed",
+        [(None, 0.0), (Some(relaxed_write), 1.0), (None, 0.0)],
+    );
+    // coord's calls again with the table relaxed (synchronous_commit = off
+    // for its writes), PostgreSQL only.
+    set_durability(&pool, &postgres, "relaxed").await?;
+    for (op, name) in [
+        (Op::AcquireRelease, "lock pair (seen), relaxed"),
+        (Op::Check, "rate-limit check, relaxed"),
+    ] {
+        let store = &mut stores[1];
+        for rep in 0..reps {
+            store.time(op, &format!("k{}", rep % 10)).await?;
+        }
+        let (stats, trips) = store.take(reps);
+        row(name, [(None, 0.0), (Some(stats), trips), (None, 0.0)]);
+    }
+    set_durability(&pool, &postgres, "durable").await?;
     let ping = time_steps(&mut PingStep(redis.clone()), reps).await?;
     let select = time_steps(&mut SelectOne(pool.clone()), reps).await?;
     row(
@@ -262,6 +315,18 @@ pub async fn compare(
             rates[1] / rates[0]
         );
     }
+    set_durability(&pool, &postgres, "relaxed").await?;
+    for (op, name) in [
+        (Op::AcquireRelease, "lock pair, relaxed"),
+        (Op::Check, "rate-limit check, relaxed"),
+    ] {
+        let (_, rate) = component_rate(&stores[1].runtime, op, TASKS, effort.per_task).await?;
+        println!(
+            "  {name:<30} {:>10} {rate:>12.0} {:>10} {:>9}",
+            "-", "-", "-"
+        );
+    }
+    set_durability(&pool, &postgres, "durable").await?;
     let (_, advisory_rate) = run_tasks(TASKS, effort.per_task, |t| {
         let pool = pool.clone();
         async move { Ok(AdvisoryPair(pool, t as i64 + 1)) }
@@ -271,13 +336,14 @@ pub async fn compare(
         "  {:<30} {:>10} {advisory_rate:>12.0} {:>10} {:>9}",
         "advisory lock pair (PG's own)", "-", "-", "-"
     );
-    for (notify, name) in [
-        (false, "a durable UPDATE (write limit)"),
-        (true, "the UPDATE with a NOTIFY"),
+    for (notify, relaxed, name) in [
+        (false, false, "a durable UPDATE (write limit)"),
+        (true, false, "the UPDATE with a NOTIFY"),
+        (false, true, "the UPDATE, relaxed"),
     ] {
         let (_, rate) = run_tasks(TASKS, effort.per_task, |t| {
             let (pool, refs) = (pool.clone(), refs.clone());
-            async move { Ok(DurableWrite(pool, refs, t as i64 + 1, notify)) }
+            async move { Ok(UpdateRow(pool, refs, t as i64 + 1, notify, relaxed)) }
         })
         .await?;
         println!(

@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser;
 use clap::{Args, CommandFactory};
 use coord_host::backend::memory::MemoryBackend;
 use coord_host::backend::{Backend, StoreError};
 use coord_nats::{NatsBackend, NatsConfig};
-use coord_postgres::{PostgresBackend, PostgresConfig};
+use coord_postgres::{Durability, PostgresBackend, PostgresConfig};
 use coord_redis::{RedisBackend, RedisConfig};
 use coord_sqlite::{SqliteBackend, SqliteConfig};
 
@@ -70,6 +71,26 @@ pub struct StoreArgs {
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
           conflicts_with = "sqlite")]
     postgres: Option<String>,
+    /// On PostgreSQL: how writes commit. durable (a write is answered once
+    /// committed as the server's synchronous_commit says) or relaxed
+    /// (synchronous_commit = off for coord's writes: faster, and a server
+    /// crash loses about the last 600 ms of them). It is the table's
+    /// setting, shared by every process on it: a new table gets what its
+    /// first process asks; durable raises an existing table; relaxed
+    /// lowers one only with --allow-relaxed-durability. Without the flag,
+    /// the table's setting is kept.
+    #[arg(long, value_name = "MODE", env = "COORD_POSTGRES_DURABILITY",
+          value_parser = clap::builder::PossibleValuesParser::new(["durable", "relaxed"])
+              .map(|word| word.parse::<Durability>().expect("a listed value")))]
+    postgres_durability: Option<Durability>,
+    /// Let --postgres-durability relaxed relax an existing durable table
+    /// (every process on it then loses its last moments' writes in a crash).
+    #[arg(
+        long,
+        requires = "postgres_durability",
+        env = "COORD_ALLOW_RELAXED_DURABILITY"
+    )]
+    allow_relaxed_durability: bool,
     /// Keep coordination state in a SQLite file (made if missing): every
     /// process on this host that opens it shares it. Without the flag, a
     /// non-empty $COORD_SQLITE_PATH means the same as --sqlite
@@ -113,6 +134,10 @@ pub enum Target {
         url: String,
         /// The table's prefix.
         prefix: String,
+        /// The durability asked for (see `--postgres-durability`).
+        durability: Option<Durability>,
+        /// Whether `durability` may relax a durable table.
+        allow_relaxed: bool,
     },
     /// A NATS JetStream shared by every process pointed at it.
     Nats {
@@ -161,6 +186,8 @@ impl StoreArgs {
                     url
                 },
                 prefix: self.prefix.clone(),
+                durability: self.postgres_durability,
+                allow_relaxed: self.allow_relaxed_durability,
             };
         }
         if self.redis.is_none()
@@ -413,18 +440,29 @@ pub async fn backend_for(
                 .map_err(|e| cannot("SQLite", &path.display().to_string(), e))?;
             Ok((Arc::new(backend), format!("SQLite at {}", path.display())))
         }
-        Target::Postgres { url, prefix } => {
+        Target::Postgres {
+            url,
+            prefix,
+            durability,
+            allow_relaxed,
+        } => {
             let config = PostgresConfig {
                 table: PostgresConfig::table_for(prefix),
+                durability: *durability,
+                allow_relaxed: *allow_relaxed,
                 ..PostgresConfig::new(url)
             };
             let table = config.table.clone();
             let backend = PostgresBackend::connect(config)
                 .await
                 .map_err(|e| cannot("PostgreSQL", &redacted(url), e))?;
+            let commits = backend.durability();
             Ok((
                 Arc::new(backend),
-                format!("PostgreSQL at {} (table {table})", redacted(url)),
+                format!(
+                    "PostgreSQL at {} (table {table}, {commits} commits)",
+                    redacted(url)
+                ),
             ))
         }
         Target::Nats {

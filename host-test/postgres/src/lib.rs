@@ -63,10 +63,12 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::NoTls;
 
+mod durability;
 mod listen;
 mod partition;
 mod store;
 
+pub use durability::Durability;
 pub use partition::FEED_BYTES;
 
 /// How often a waiter checks its partition again when no notification came
@@ -102,6 +104,14 @@ pub struct PostgresConfig {
     pub pool_size: usize,
     /// How often expired rows are deleted.
     pub collect_every: Duration,
+    /// The commits this process asks the table for (see [`Durability`]):
+    /// `None` keeps what the table has (a new table: durable); durable
+    /// raises a relaxed table; relaxed makes a new table relaxed, and an
+    /// existing durable one only with `allow_relaxed`.
+    pub durability: Option<Durability>,
+    /// Let `durability: Some(Relaxed)` relax a table that is durable (every
+    /// process on it then loses its last moments' writes in a crash).
+    pub allow_relaxed: bool,
     /// Tests only: take "now" from this clock instead of the server's.
     pub test_clock: Option<Arc<ManualClock>>,
 }
@@ -109,7 +119,8 @@ pub struct PostgresConfig {
 impl PostgresConfig {
     /// The defaults for `url`: table `coord_partitions`, 1024 changes of
     /// history, ten minutes of retention, a 5 s response timeout, waiters'
-    /// registrations of 30 s, 16 connections, collection every minute.
+    /// registrations of 30 s, 16 connections, collection every minute, and
+    /// the durability the table has (a new table: durable).
     pub fn new(url: &str) -> Self {
         PostgresConfig {
             url: url.to_string(),
@@ -121,6 +132,8 @@ impl PostgresConfig {
             registration: Duration::from_secs(30),
             pool_size: 16,
             collect_every: Duration::from_secs(60),
+            durability: None,
+            allow_relaxed: false,
             test_clock: None,
         }
     }
@@ -158,6 +171,11 @@ pub struct PostgresBackend {
     listening: watch::Receiver<Option<u64>>,
     asleep: Mutex<HashMap<String, usize>>,
     round_trips: AtomicU64,
+    /// The table's durability when this process started (after its own
+    /// setting), which a later relaxation is reported against.
+    relied_on_durability: Mutex<Option<Durability>>,
+    /// What is wrong with the table's durability, as last checked.
+    durability_warnings: Mutex<Vec<String>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -235,9 +253,12 @@ impl PostgresBackend {
             listening,
             asleep: Mutex::new(HashMap::new()),
             round_trips: AtomicU64::new(0),
+            relied_on_durability: Mutex::new(None),
+            durability_warnings: Mutex::new(Vec::new()),
             tasks: Vec::new(),
         };
         backend.make_table().await?;
+        backend.settle_durability().await?;
         let listener = listen::listen(
             pg,
             backend.channel(),
@@ -267,7 +288,7 @@ impl PostgresBackend {
     }
 
     /// The table, its version sequence and its collection index, made if
-    /// missing. Two backends making them at once may collide in the
+    /// missing (its settings table: [`Self::settle_durability`]). Two backends making them at once may collide in the
     /// catalog; the loser finds them made.
     async fn make_table(&self) -> Result<(), StoreError> {
         let t = &self.config.table;
@@ -310,6 +331,11 @@ impl PostgresBackend {
     /// The store's now: the test clock's, when a test gave one.
     fn test_now(&self) -> Option<u64> {
         self.config.test_clock.as_ref().map(|clock| clock.now_ms())
+    }
+
+    /// The table this backend keeps its partitions in.
+    pub fn table(&self) -> &str {
+        &self.config.table
     }
 
     /// Statements sent to the server so far.

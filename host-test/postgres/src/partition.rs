@@ -16,6 +16,7 @@ use deadpool_postgres::Pool;
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::durability::commit_clause;
 use super::{PostgresBackend, announced_name, refused, unavailable};
 
 /// The most bytes of feed a partition's row carries beyond its live
@@ -288,12 +289,14 @@ impl PostgresBackend {
         let state = partition.encode();
         let collect_at = self.collect_at(partition, now);
         let t = &self.config.table;
+        // Its commit waits as the table's durability says.
+        let commit = commit_clause(t);
         let statement = match write.version {
             // $5 is 0 here: every statement takes the same parameters.
             None => format!(
                 "INSERT INTO {t} (name, version, decided_at, state, collect_at) \
                  SELECT $1, nextval('{t}_versions'), $2, $3, $4 \
-                 WHERE $5 = 0 AND {CLOCK_US} < $6 \
+                 WHERE $5 = 0 AND {CLOCK_US} < $6 AND {commit} \
                  ON CONFLICT (name) DO NOTHING"
             ),
             Some(_) => format!(
@@ -301,7 +304,7 @@ impl PostgresBackend {
                  state = $3, collect_at = $4 \
                  WHERE name = (SELECT name FROM {t} WHERE name = $1 AND version = $5 \
                                FOR UPDATE SKIP LOCKED) \
-                   AND version = $5 AND {CLOCK_US} < $6"
+                   AND version = $5 AND {CLOCK_US} < $6 AND {commit}"
             ),
         };
         let payload = write

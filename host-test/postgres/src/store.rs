@@ -28,9 +28,17 @@ impl PartitionStore for PostgresBackend {
         self.clock().await
     }
 
-    /// Whether a write could land: not a standby, not read-only sessions.
+    /// Whether a write could land: not a standby, not read-only sessions;
+    /// and the table's durability checked again (see `warnings`).
     async fn ready(&self) -> Result<(), StoreError> {
-        self.writable().await
+        self.writable().await?;
+        let have = self.bounded(self.table_durability()).await?;
+        self.check_durability(have);
+        Ok(())
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        PostgresBackend::warnings(self)
     }
 
     async fn step(

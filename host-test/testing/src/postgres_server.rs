@@ -165,7 +165,7 @@ fn spawn_for_this_process() -> Result<String, String> {
     Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
 }
 
-/// Drop a test's table and its sequence (best effort), on a thread of its
+/// Drop a test's table, its settings and its sequence (best effort), on a thread of its
 /// own: a drop cannot await, and may run inside the test's runtime.
 pub fn drop_table(url: String, table: String) {
     let dropping = std::thread::spawn(move || {
@@ -182,7 +182,8 @@ pub fn drop_table(url: String, table: String) {
             let driving = tokio::spawn(connection);
             let _ = client
                 .batch_execute(&format!(
-                    "DROP TABLE IF EXISTS {table}; DROP SEQUENCE IF EXISTS {table}_versions;"
+                    "DROP TABLE IF EXISTS {table}, {table}_settings; \
+                     DROP SEQUENCE IF EXISTS {table}_versions;"
                 ))
                 .await;
             driving.abort();

@@ -14,6 +14,7 @@ use coord_host::backend::*;
 use coord_postgres::{PostgresBackend, PostgresConfig};
 use tokio_postgres::NoTls;
 
+mod durability;
 mod faults;
 mod promotion;
 

@@ -22,7 +22,7 @@ const HELD: &str = "~lock:1:promote:held";
 const LATE: &str = "~lock:1:promote:late";
 
 /// Run `sql` on `url` and return the first column of its first row.
-async fn one(url: &str, sql: &str) -> String {
+pub(super) async fn one(url: &str, sql: &str) -> String {
     let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
     let driving = tokio::spawn(connection);
     let rows = client.simple_query(sql).await.unwrap();
