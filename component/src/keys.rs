@@ -38,7 +38,7 @@ pub fn ratelimit_partition(id: &str, key: &str) -> String {
 /// The partition holding the permits of semaphore (`id`, `resource`);
 /// unwatched. Each permit is an entry keyed by its owner token.
 pub fn semaphore_partition(id: &str, resource: &str) -> String {
-    partition("~sem", id, resource)
+    partition(SEMAPHORE_KIND, id, resource)
 }
 
 /// The partition holding the store's record of each reservation made
@@ -53,6 +53,22 @@ pub fn reservation_partition(id: &str, key: &str) -> String {
 pub fn lease_partition(name: &str) -> String {
     partition("~lease", name, "")
 }
+
+/// Whether `partition` may hold many entries: a semaphore's, one entry per
+/// permit held, up to its limit. A store that keeps a small unwatched
+/// partition as one value, read and rewritten whole by every call, keeps
+/// these in a layout whose cost per call does not grow with the entries
+/// (the Redis stores: `redis.lua`'s hash of entries and index of expiries,
+/// as for a watched partition). Every host of one store must agree on it:
+/// the Rust, JavaScript and Python Redis stores test the same names.
+pub fn may_hold_many(partition: &str) -> bool {
+    partition
+        .strip_prefix(SEMAPHORE_KIND)
+        .is_some_and(|rest| rest.starts_with(':'))
+}
+
+/// The kind of every semaphore partition ([`semaphore_partition`]).
+const SEMAPHORE_KIND: &str = "~sem";
 
 /// The key of the holder entry inside a lock partition.
 pub const LOCK_HOLDER_KEY: &str = "holder";
@@ -136,6 +152,9 @@ mod tests {
             );
             assert_eq!(decode_partition(&e), Some(("eph", id, resource)));
             assert!(!is_unwatched(&e));
+            let s = semaphore_partition(id, resource);
+            assert!(is_unwatched(&s) && may_hold_many(&s));
+            assert!(!may_hold_many(&p) && !may_hold_many(&e));
         }
     }
 }

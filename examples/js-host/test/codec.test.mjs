@@ -69,7 +69,7 @@ test('every store call sends the Rust backend\'s arguments, byte for byte (vecto
       key: v.key, value: bytes(v.value_hex), ttlMs: big(v.ttl_ms),
       condition: condition(v.condition), after: BigInt(v.after), max: v.max,
     });
-    assert.equal(call.script, codec.isUnwatched(v.partition) ? 'unwatched' : 'store');
+    assert.equal(call.script, v.script, `the script for ${v.partition}`);
     assert.deepEqual(call.args.map(shownArg), v.args, `${v.op} on ${v.partition}`);
   }
 });

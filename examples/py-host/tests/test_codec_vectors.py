@@ -74,7 +74,8 @@ def test_scripts_load_behind_the_rust_backends_line_with_its_sha(v):
 def test_each_store_call_sends_the_rust_backends_arguments(v):
     inputs = dict(key=v["key"], value=unhex(v["value_hex"]), ttl_ms=v["ttl_ms"],
                   condition=condition(v["condition"]), after=v["after"])
-    if v["partition"].startswith("~"):
+    assert ("unwatched" if redis_codec.one_string(v["partition"]) else "store") == v["script"]
+    if redis_codec.one_string(v["partition"]):
         for clock, args in ((-1.0, v["args"]), (1_750_000_000_000.0, v["args_at_clock_1750000000000"])):
             packed = redis_codec.packed_unwatched(v["op"], clock=clock, **inputs)
             assert args[0] == {"text": "1"}

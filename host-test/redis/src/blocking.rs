@@ -11,13 +11,12 @@ use ::redis::{
     AsyncConnectionConfig, Client, ErrorKind, PushInfo, PushKind, RedisError, ServerErrorKind,
     Value,
 };
-use coord_component::keys::is_unwatched;
 
 use coord_host::backend::{Condition, Outcome, StoreError, WriteReply};
 
 use super::codec::{Inputs, Op, write_reply};
 use super::link::{Link, Node, SlotTable, info_for, is_redirection, slot_of};
-use super::{RedisBackend, malformed, unavailable};
+use super::{RedisBackend, malformed, one_string, unavailable};
 
 impl RedisBackend {
     /// `wait-then-put` on a connection of its own: `XREAD BLOCK` on the
@@ -68,10 +67,10 @@ impl RedisBackend {
             0
         };
         let mut pipe = ::redis::pipe();
-        // An unwatched partition has no feed, only a wake-up stream that its
-        // writes fill while somebody waits: `arm` says so first (and leaves a
-        // wake-up at once for a change already made after `after`).
-        let unwatched = is_unwatched(partition);
+        // A partition kept as one string has no feed, only a wake-up stream
+        // that its writes fill while somebody waits: `arm` says so first (and
+        // leaves a wake-up at once for a change already made after `after`).
+        let unwatched = one_string(partition);
         let stream = if unwatched {
             let inputs = Inputs {
                 after,

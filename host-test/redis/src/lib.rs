@@ -66,7 +66,7 @@ use ::redis::{
     Client, Cmd, ConnectionInfo, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo,
     RedisError, ServerErrorKind, Value,
 };
-use coord_component::keys::is_unwatched;
+use coord_component::keys::{is_unwatched, may_hold_many};
 use tokio::sync::mpsc;
 
 use blocking::BlockingConnection;
@@ -397,11 +397,11 @@ impl RedisBackend {
     }
 
     /// The script call for `op` on `partition` with its `inputs`:
-    /// `unwatched.lua` for an unwatched partition, with every input packed
-    /// in one argument; `redis.lua` otherwise.
+    /// `unwatched.lua` for a partition kept as one string ([`one_string`]),
+    /// with every input packed in one argument; `redis.lua` otherwise.
     fn script(&self, partition: &str, op: Op, inputs: &Inputs) -> Cmd {
         let clock = self.config.test_clock.as_ref().map(|clock| clock.now_ms());
-        let sha = if is_unwatched(partition) {
+        let sha = if one_string(partition) {
             &self.unwatched_sha
         } else {
             &self.sha
@@ -598,7 +598,7 @@ fn script_command(
 ) -> Cmd {
     let mut cmd = ::redis::cmd("EVALSHA");
     cmd.arg(sha);
-    if is_unwatched(partition) {
+    if one_string(partition) {
         // One key; the script finds the stream and channel beside it.
         // -1 asks for Redis's TIME.
         let clock = clock.map_or(-1.0, |now| now as f64);
@@ -617,6 +617,18 @@ fn script_command(
     cmd.arg(w);
     inputs.append_to(op, &mut cmd);
     cmd
+}
+
+/// Whether `unwatched.lua` keeps `partition`, as one string that every call
+/// reads and rewrites whole: an unwatched partition of a few entries (a
+/// lock's, a lease's). One that may hold many (a semaphore's,
+/// [`may_hold_many`]) is kept by `redis.lua` as a watched partition is (a
+/// hash of entries, an index of expiries, a feed), whose calls cost the
+/// same at 10 000 entries as at none (BENCHMARKS.md); it is still
+/// unwatched to its callers (`changes` is refused). The JavaScript and
+/// Python stores decide alike, so hosts of every language meet on one layout.
+pub fn one_string(partition: &str) -> bool {
+    is_unwatched(partition) && !may_hold_many(partition)
 }
 
 /// The Redis key of one part of a partition under `prefix`

@@ -16,7 +16,7 @@ use coord_host::backend::{
 use coord_host::clock::Clock;
 
 use super::codec::{Inputs, Op, Reader, listing, meter_reply, packed_meter, page, ttl_arg};
-use super::{METER_SCRIPT, RedisBackend, malformed, unavailable};
+use super::{METER_SCRIPT, RedisBackend, malformed, one_string, unavailable};
 
 #[async_trait]
 impl Backend for RedisBackend {
@@ -258,9 +258,9 @@ impl Backend for RedisBackend {
             return self.put(partition, key, value, ttl_ms, condition).await;
         }
         // A test clock's time cannot end a block on Redis: that waits here.
-        // On a cluster an unwatched partition keeps no wake stream to block
-        // on (unwatched.lua says why): its waiters wait on the channel.
-        let no_stream = self.config.cluster && is_unwatched(partition);
+        // On a cluster a partition kept as one string keeps no wake stream
+        // to block on (unwatched.lua says why): its waiters wait on the channel.
+        let no_stream = self.config.cluster && one_string(partition);
         let mut timeout_ms = timeout_ms;
         if self.config.test_clock.is_none()
             && !no_stream

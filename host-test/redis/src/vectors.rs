@@ -22,7 +22,7 @@ use super::codec::{
 };
 use super::tests::{listed, listing_of, packed, paged};
 use super::{
-    METER_SCRIPT, RedisConfig, partition_key, script_command, sha1_hex, store_script,
+    METER_SCRIPT, RedisConfig, one_string, partition_key, script_command, sha1_hex, store_script,
     unwatched_script,
 };
 
@@ -165,6 +165,8 @@ impl Call {
         json!({
             "prefix": "coord",
             "partition": self.partition,
+            // Which script keeps the partition: every host must choose alike.
+            "script": if one_string(self.partition) { "unwatched" } else { "store" },
             "op": self.op.name(),
             "key": self.key,
             "value_hex": self.value.map(hex),
@@ -196,7 +198,13 @@ fn calls() -> Vec<Call> {
         }))
     };
     let mut calls = Vec::new();
-    for partition in ["eph:1:a:b", "~lock:15:inventory.stock:item:{1}%"] {
+    // A watched partition, a lock's (one string) and a semaphore's (an
+    // unwatched partition that may hold many entries: redis.lua's layout).
+    for partition in [
+        "eph:1:a:b",
+        "~lock:15:inventory.stock:item:{1}%",
+        "~sem:11:partner.api:tenant:1",
+    ] {
         calls.push(Call::new(partition, Op::Get, "k"));
         calls.push(Call {
             value: Some(b"h"),

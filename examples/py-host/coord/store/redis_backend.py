@@ -7,9 +7,10 @@ and replies. A Rust host, this host and any other host on those scripts
 share one set of locks, entries and limits on one Redis.
 
 The scripts are read at run time from host-test/redis/ — redis.lua
-for a watched partition, unwatched.lua for an unwatched one (a name that
-begins with ``~``: a lock's, a lease's), meter.lua for the rate limiter —
-never copied. Each operation is one ``EVALSHA`` (``now`` is one ``TIME``);
+for a watched partition and a semaphore's, unwatched.lua for the other
+unwatched ones (a name that begins with ``~``: a lock's, a lease's;
+:func:`~coord.store.redis_codec.one_string`), meter.lua for the rate
+limiter — never copied. Each operation is one ``EVALSHA`` (``now`` is one ``TIME``);
 ``NOSCRIPT`` (a restarted or flushed server) loads the scripts and sends it
 again. ``wait`` subscribes to the partition's channel and re-checks at
 least every ``recheck_ms``; ``wait-then-put`` is a ``wait``, then a ``put``
@@ -160,9 +161,9 @@ class RedisStore:
         return (self.script, self.unwatched_script)
 
     def _run(self, partition: str, op: str, **inputs: Any) -> Any:
-        """``op`` on ``partition``: unwatched.lua with one packed argument for an
-        unwatched partition, redis.lua with text arguments otherwise."""
-        if is_unwatched(partition):
+        """``op`` on ``partition``: unwatched.lua with one packed argument for a
+        partition kept as one string, redis.lua with text arguments otherwise."""
+        if codec.one_string(partition):
             packed = codec.packed_unwatched(op, **inputs)
             return self._eval(self.unwatched_sha, [self.key(partition, "s")], [packed],
                               self._store_scripts())

@@ -28,6 +28,12 @@ def is_unwatched(partition: str) -> bool:
     return partition.startswith("~")
 
 
+def may_hold_many(partition: str) -> bool:
+    """Whether ``partition`` may hold many entries: a semaphore's (``~sem:``),
+    one entry per permit held. The component's ``keys::may_hold_many``."""
+    return partition.startswith("~sem:")
+
+
 class StoreError(Exception):
     """A store request failed; the subclass is the WIT ``error`` case."""
 
