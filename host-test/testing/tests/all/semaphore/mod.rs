@@ -25,6 +25,7 @@ per_backend!(
     a_release_lets_exactly_one_waiter_in_per_place_freed,
     a_holder_paused_past_its_ttl_is_refused_at_the_fenced_write_boundary,
     force_release_frees_one_permit_and_inspect_never_shows_a_token,
+    busy_names_the_permit_that_expires_first_among_many_after_extends_and_releases,
     invalid_input_gets_an_error_naming_the_field,
 );
 
@@ -251,6 +252,96 @@ async fn a_holder_paused_past_its_ttl_is_refused_at_the_fenced_write_boundary(h:
         ExtendOutcome::Lost
     ));
     assert!(other.semaphore().is_held(&fresh).await.unwrap().unwrap());
+}
+
+/// The (fence, remaining ms) of the permit a full semaphore names as busy.
+async fn busy_at(i: &mut Instance, resource: &str, limit: u32) -> (u64, u64) {
+    let options = AcquireOptions::new().ttl_ms(1000).no_wait();
+    match acquire(i, resource, limit, options).await {
+        AcquireOutcome::Busy(holder) => (holder.fence, holder.remaining_ms),
+        AcquireOutcome::Acquired(p) => panic!("a place past the limit: {p:?}"),
+    }
+}
+
+/// A full semaphore of many permits answers busy with the one that expires
+/// first, read on the store's clock, however its permits were taken: out of
+/// expiry order, extended past others (a store that indexes expiries must
+/// not answer from a stale index entry) and released.
+async fn busy_names_the_permit_that_expires_first_among_many_after_extends_and_releases(
+    h: Harness,
+) {
+    const LIMIT: u32 = 40;
+    let rt = h.runtime();
+    let mut i = instance(&rt).await;
+    // TTLs 10 s apart, taken in a scrambled order (7 and 40 are coprime).
+    let mut held: Vec<(Permit, u64)> = Vec::new();
+    for n in 0..u64::from(LIMIT) {
+        let ttl = 100_000 + ((n * 7) % u64::from(LIMIT)) * 10_000;
+        let options = AcquireOptions::new().ttl_ms(ttl).no_wait();
+        held.push((
+            acquired(acquire(&mut i, "tenant:5", LIMIT, options).await),
+            ttl,
+        ));
+    }
+    let first = |held: &[(Permit, u64)]| {
+        let (permit, ttl) = held.iter().min_by_key(|(_, ttl)| *ttl).unwrap();
+        (permit.fence, *ttl)
+    };
+    let (fence, ttl) = first(&held);
+    assert_eq!(busy_at(&mut i, "tenant:5", LIMIT).await, (fence, ttl));
+    // Half of them, those that expire first, are extended past every other
+    // (an index of expiries kept as lower bounds now leads with 20 stale
+    // entries): the first of the other half is named.
+    h.advance(1_000);
+    for (_, ttl) in held.iter_mut() {
+        *ttl -= 1_000;
+    }
+    held.sort_by_key(|(_, ttl)| *ttl);
+    let mut extended = Vec::new();
+    for (permit, _) in held.drain(..20) {
+        let ExtendOutcome::Extended(permit) = i
+            .semaphore()
+            .extend(&permit, Some(1_000_000))
+            .await
+            .unwrap()
+            .unwrap()
+        else {
+            panic!("extend lost the permit");
+        };
+        extended.push(permit);
+    }
+    let (fence, ttl) = first(&held);
+    assert_eq!(busy_at(&mut i, "tenant:5", LIMIT).await, (fence, ttl));
+    // The next three to expire are released: a free place, then full again.
+    held.sort_by_key(|(_, ttl)| *ttl);
+    for (permit, _) in held.drain(..3) {
+        assert!(i.semaphore().release(&permit).await.unwrap().unwrap());
+    }
+    for _ in 0..3 {
+        let options = AcquireOptions::new().ttl_ms(2_000_000).no_wait();
+        acquired(acquire(&mut i, "tenant:5", LIMIT, options).await);
+    }
+    let (fence, ttl) = first(&held);
+    assert_eq!(busy_at(&mut i, "tenant:5", LIMIT).await, (fence, ttl));
+    // Once the named permit's time is up, it is no longer named, nor held.
+    h.advance(ttl);
+    let expired = held.remove(0).0;
+    for (_, left) in held.iter_mut() {
+        *left -= ttl;
+    }
+    assert!(!i.semaphore().is_held(&expired).await.unwrap().unwrap());
+    assert!(i.semaphore().is_held(&extended[0]).await.unwrap().unwrap());
+    acquired(
+        acquire(
+            &mut i,
+            "tenant:5",
+            LIMIT,
+            AcquireOptions::new().ttl_ms(2_000_000).no_wait(),
+        )
+        .await,
+    );
+    let (fence, ttl) = first(&held);
+    assert_eq!(busy_at(&mut i, "tenant:5", LIMIT).await, (fence, ttl));
 }
 
 async fn force_release_frees_one_permit_and_inspect_never_shows_a_token(h: Harness) {
