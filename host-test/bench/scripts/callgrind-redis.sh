@@ -68,14 +68,8 @@ packed() {
 acquire_input=$(packed 2 2 30000 holder 0123456789abcdef0123456789abcdef)
 release_input=$(packed 4 1 -1 holder '')
 touch_input=$(packed 3 1 30000 holder '')
-# A semaphore's permit: keyed by its owner token, holding its limit (10).
+# A semaphore's permit: keyed by its owner token, holding its limit.
 permit=0123456789abcdef0123456789abcdef
-permit_acquire_input=$(packed 2 5 30000 "$permit" 10 10)
-permit_release_input=$(packed 4 1 -1 "$permit" '')
-# Nine other permits' acquires, keyed held0 to held8.
-for h in 0 1 2 3 4 5 6 7 8; do
-  declare "held_input_$h=$(packed 2 5 600000 "held$h" 10 10)"
-done
 
 # A call of it on an unwatched partition (a lock's): one key, one argument.
 unwatched() {
@@ -96,9 +90,32 @@ with_holder=$(printf 'h%.0s' {1..92})
 without=$(printf 'n%.0s' {1..18})
 meter_state=$(printf 's%.0s' {1..33})
 
+# The permits held beside the pairs of permit-pair-H-held: H acquires on one
+# semaphore's partition, with long TTLs (prefill-H is those alone,
+# subtracted below), under a limit of 20 000.
+prefill() {
+  local j
+  for ((j = 0; j < $1; j++)); do
+    store "~sem/bench/many" put "held$j" 20000 600000 absent-and-fewer-than 20000
+  done
+}
+
 workload() {
   local i p
   [ "$1" = baseline ] && return
+  case $1 in
+    prefill-*)
+      prefill "${1#prefill-}"
+      return ;;
+    permit-pair-*-held)
+      local held=${1#permit-pair-}
+      prefill "${held%-held}"
+      for ((i = 0; i < n; i++)); do
+        store "~sem/bench/many" put "$permit" 20000 30000 absent-and-fewer-than 20000
+        store "~sem/bench/many" delete "$permit" always
+      done
+      return ;;
+  esac
   for ((i = 0; i < n; i++)); do
     p="lock/bench/k$((i % 100))"
     case $1 in
@@ -107,21 +124,11 @@ workload() {
         unwatched "$p" "$acquire_input"
         unwatched "$p" "$release_input" ;;
       permit-pair)
-        # A semaphore's acquire (absent and fewer than 10) and release, on
-        # its unwatched partition, as the component names it.
-        unwatched "sem/bench/k$((i % 100))" "$permit_acquire_input"
-        unwatched "sem/bench/k$((i % 100))" "$permit_release_input" ;;
-      prefill-9|permit-pair-9-held)
-        # The same pair beside 9 permits held: the first 900 operations take
-        # them, with long TTLs (prefill-9 is those alone, subtracted below),
-        # and the pairs follow (N must be above 900).
-        if ((i < 900)); then
-          local held="held_input_$((i / 100))"
-          unwatched "sem/bench/k$((i % 100))" "${!held}"
-        elif [ "$1" = permit-pair-9-held ]; then
-          unwatched "sem/bench/k$((i % 100))" "$permit_acquire_input"
-          unwatched "sem/bench/k$((i % 100))" "$permit_release_input"
-        fi ;;
+        # A semaphore's acquire (absent and fewer than 10) and release on its
+        # partition, which redis.lua keeps as a hash of permits with an index
+        # of expiries (the component names it '~sem:...').
+        store "~sem/bench/k$((i % 100))" put "$permit" 10 30000 absent-and-fewer-than 10
+        store "~sem/bench/k$((i % 100))" delete "$permit" always ;;
       watched-lock-pair)
         # The same pair on a watched partition (redis.lua: entries hash,
         # expiry index, change feed, a publish per write), as every lock
@@ -172,7 +179,7 @@ workload() {
 }
 
 baseline=0
-for w in baseline lock-pair permit-pair prefill-9 permit-pair-9-held watched-lock-pair upsert extend snapshot check plain-window-check commands-check bare-lock-pair fenced-lock-pair commands-lock-pair ping; do
+for w in baseline lock-pair permit-pair prefill-1000 permit-pair-1000-held prefill-10000 permit-pair-10000-held watched-lock-pair upsert extend snapshot check plain-window-check commands-check bare-lock-pair fenced-lock-pair commands-lock-pair ping; do
   valgrind --tool=callgrind --toggle-collect=processCommand \
     --callgrind-out-file="$out/callgrind.$w.out" \
     "$server" --port "$port" --save '' --appendonly no >/dev/null 2>"$out/valgrind.$w.log" &
@@ -200,14 +207,14 @@ $(cat "$unwatched_lua")")
     baseline=$total # the SCRIPT LOADs, which every run makes
     continue
   fi
-  if [ "$w" = prefill-9 ]; then
-    prefill=$total # the 900 acquires permit-pair-9-held starts with
-    continue
-  fi
-  if [ "$w" = permit-pair-9-held ]; then
-    printf '%-18s %10d instructions per operation (%d operations)\n' "$w" $(((total - prefill) / (n - 900))) $((n - 900))
-    continue
-  fi
-  printf '%-18s %10d instructions per operation (%d operations)\n' "$w" $(((total - baseline) / n)) "$n"
+  case $w in
+    prefill-*)
+      prefill=$total # the acquires the next workload starts with
+      continue ;;
+    permit-pair-*-held)
+      printf '%-22s %10d instructions per operation (%d operations)\n' "$w" $(((total - prefill) / n)) "$n"
+      continue ;;
+  esac
+  printf '%-22s %10d instructions per operation (%d operations)\n' "$w" $(((total - baseline) / n)) "$n"
 done
 echo "callgrind files: $out"
