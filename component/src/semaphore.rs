@@ -33,8 +33,8 @@ use crate::store::{
 };
 use crate::validate::{self, Invalid};
 
-/// The largest `limit` an acquire may pass: every permit is an entry of
-/// one partition, which the Redis and NATS stores read whole on each write.
+/// The largest `limit` an acquire may pass, on every store: every permit is an entry of one
+/// partition, which the NATS, PostgreSQL and SQLite stores read whole on each write.
 pub const MAX_LIMIT: u32 = 1000;
 
 /// The semaphore operations over a store and a source of randomness.
