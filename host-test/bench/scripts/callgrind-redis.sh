@@ -186,9 +186,9 @@ for w in baseline lock-pair permit-pair prefill-1000 permit-pair-1000-held prefi
   vg=$!
   until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.2; done
   # Loaded as the backend loads it, behind its configuration line.
-  store_sha=$(redis-cli -p "$port" script load "local HISTORY, RETENTION = '64', 600000
+  store_sha=$(redis-cli -p "$port" script load "local HISTORY, RETENTION, PUBLISH = '64', 600000, 'PUBLISH'
 $(cat "$store_lua")")
-  unwatched_sha=$(redis-cli -p "$port" script load "local RETENTION = 600000
+  unwatched_sha=$(redis-cli -p "$port" script load "local RETENTION, PUBLISH, STREAM = 600000, 'PUBLISH', true
 $(cat "$unwatched_lua")")
   plain_window_sha=$(redis-cli -p "$port" script load "$(cat "$plain_window_lua")")
   meter_sha=$(redis-cli -p "$port" script load "$(cat "$meter_lua")")
@@ -199,7 +199,13 @@ $(cat "$unwatched_lua")")
   commands_acquire_sha=$(redis-cli -p "$port" script load "$(cat "$commands_acquire_lua")")
   commands_release_sha=$(redis-cli -p "$port" script load "$(cat "$commands_release_lua")")
   commands_check_sha=$(redis-cli -p "$port" script load "$(cat "$commands_check_lua")")
-  workload "$w" | redis-cli -p "$port" >/dev/null
+  # A reply that is an error would count a failing script: stop instead.
+  errors=$(workload "$w" | redis-cli -p "$port" | grep -c '^ERR' || true)
+  if [ "$errors" -ne 0 ]; then
+    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+    echo "$w: $errors replies were errors; nothing counted" >&2
+    exit 1
+  fi
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
   wait "$vg" || true
   total=$(sed -n 's/^summary: //p' "$out/callgrind.$w.out")
