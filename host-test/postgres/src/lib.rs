@@ -26,13 +26,17 @@
 //! backup still issues fences above every earlier one.
 //!
 //! **Round trips.** A read (`get`, `list`, `changes`, `now`) is one
-//! statement. A write is two: the read, then the conditional write (which
-//! also sends the `NOTIFY` in the same statement); a write whose condition
-//! fails is one (the conflict carries the entry the read returned). Each
-//! lost race adds two. Every statement is sent with its parameter types
-//! (`query_typed`): no prepare round trip and no prepared statement left on
-//! a connection, and no statement needs session state, so calls work
-//! through a transaction-mode pooler (PgBouncer). `wait` is the exception:
+//! statement. A write to a row this process wrote or read last is one: it
+//! is decided on the row as remembered and sent with that row as its
+//! condition (`speculation.rs`). Otherwise it is two: the read (or the
+//! failed speculation, which returns the row), then the conditional write
+//! (which also sends the `NOTIFY` in the same statement); a write whose
+//! condition fails is one (the conflict carries the entry the read
+//! returned). Each lost race adds more (`partition.rs`). Every statement
+//! is sent with its parameter types (`query_typed`): no prepare round trip
+//! and no prepared statement left on a connection, and no statement needs
+//! session state, so calls work through a transaction-mode pooler
+//! (PgBouncer). `wait` is the exception:
 //! its `LISTEN` needs a session of its own, on a direct connection.
 //!
 //! **Waiting.** A write that makes a new revision sends `pg_notify` on the
@@ -66,10 +70,12 @@ use tokio_postgres::NoTls;
 mod durability;
 mod listen;
 mod partition;
+mod speculation;
 mod store;
 
 pub use durability::Durability;
 pub use partition::FEED_BYTES;
+pub use speculation::{SEEN_BYTES, SEEN_ROWS};
 
 /// How often a waiter checks its partition again when no notification came
 /// (the bound on the delay a lost notification causes), by default.
@@ -170,6 +176,9 @@ pub struct PostgresBackend {
     /// Whether the listening connection listens (see [`listen::listen`]).
     listening: watch::Receiver<Option<u64>>,
     asleep: Mutex<HashMap<String, usize>>,
+    /// Rows as this process last saw them, and the server's clock as seen
+    /// from here, for one-statement writes (`speculation.rs`).
+    seen: speculation::Seen,
     round_trips: AtomicU64,
     /// The table's durability when this process started (after its own
     /// setting), which a later relaxation is reported against.
@@ -252,6 +261,7 @@ impl PostgresBackend {
             notifications,
             listening,
             asleep: Mutex::new(HashMap::new()),
+            seen: speculation::Seen::new(),
             round_trips: AtomicU64::new(0),
             relied_on_durability: Mutex::new(None),
             durability_warnings: Mutex::new(Vec::new()),

@@ -17,6 +17,7 @@ use tokio_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::durability::commit_clause;
+use super::speculation::Speculated;
 use super::{PostgresBackend, announced_name, refused, unavailable};
 
 /// The most bytes of feed a partition's row carries beyond its live
@@ -26,18 +27,20 @@ pub const FEED_BYTES: usize = 16 * 1024;
 
 /// The server's clock in microseconds, as every read selects it: the store
 /// time is its milliseconds, and revisions are floored at it.
-const CLOCK_US: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
+pub(super) const CLOCK_US: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
 /// The server's clock in milliseconds, as waiters register until.
-const CLOCK_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+pub(super) const CLOCK_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
-/// A partition as read: its row's version, its state, its encoding (to tell
-/// whether a call changed it) and the latest store time it was decided at.
-struct Loaded {
-    version: i64,
-    partition: Partition,
-    encoded: Vec<u8>,
-    decided_at: u64,
+/// A partition as read or written: its row's version, its state, its
+/// encoding (to tell whether a call changed it, and to check that the row
+/// is still exactly this) and the latest store time it was decided at.
+#[derive(Clone)]
+pub(super) struct Loaded {
+    pub(super) version: i64,
+    pub(super) partition: Partition,
+    pub(super) encoded: Vec<u8>,
+    pub(super) decided_at: u64,
 }
 
 /// The server's now, in ms.
@@ -92,7 +95,7 @@ fn micros(clock: i64) -> Result<u64, StoreError> {
 }
 
 /// A store time as the table keeps it.
-fn column(ms: u64) -> i64 {
+pub(super) fn column(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
@@ -135,6 +138,7 @@ impl PostgresBackend {
             self.config.table
         );
         self.trip();
+        let sent = Instant::now();
         let rows = client
             .query_typed(&sql, &[(&name.as_bytes(), Type::BYTEA)])
             .await
@@ -142,25 +146,42 @@ impl PostgresBackend {
         let row = rows
             .first()
             .ok_or_else(|| unavailable("no row in the reply"))?;
-        let clock_us = micros(row.try_get(0).map_err(unavailable)?)?;
-        let version: Option<i64> = row.try_get(1).map_err(unavailable)?;
+        let (loaded, clock_us) = self.read_row(name, row, 0, sent)?;
+        Ok((loaded, clock_us))
+    }
+
+    /// The row and clock a statement's reply carries from column `first`
+    /// on (the clock in µs, the version, the time decided at, the state),
+    /// for a statement sent at `sent`: the clock tightens this process's
+    /// estimate of the server's, and the row is remembered for the next
+    /// call's speculation.
+    pub(super) fn read_row(
+        &self,
+        name: &str,
+        row: &tokio_postgres::Row,
+        first: usize,
+        sent: Instant,
+    ) -> Result<(Option<Loaded>, u64), StoreError> {
+        let clock_us = micros(row.try_get(first).map_err(unavailable)?)?;
+        self.seen.observe_clock(sent, clock_us);
+        let version: Option<i64> = row.try_get(first + 1).map_err(unavailable)?;
         let Some(version) = version else {
+            self.seen.forget(name);
             return Ok((None, clock_us));
         };
-        let decided_at: i64 = row.try_get(2).map_err(unavailable)?;
-        let encoded: Vec<u8> = row.try_get(3).map_err(unavailable)?;
+        let decided_at: i64 = row.try_get(first + 2).map_err(unavailable)?;
+        let encoded: Vec<u8> = row.try_get(first + 3).map_err(unavailable)?;
         let partition = Partition::decode(&encoded).map_err(|e| {
             unavailable(format!("the row of {name:?} is not a coord partition: {e}"))
         })?;
-        Ok((
-            Some(Loaded {
-                version,
-                partition,
-                encoded,
-                decided_at: u64::try_from(decided_at).unwrap_or(0),
-            }),
-            clock_us,
-        ))
+        let loaded = Loaded {
+            version,
+            partition,
+            encoded,
+            decided_at: u64::try_from(decided_at).unwrap_or(0),
+        };
+        self.seen.remember(name, &loaded);
+        Ok((Some(loaded), clock_us))
     }
 
     /// Make sure the partition's row says a waiter waits on it for at
@@ -208,7 +229,7 @@ impl PostgresBackend {
 
     /// When the partition's row may be deleted: its last live entry's
     /// expiry plus the retention (none while an entry never expires).
-    fn collect_at(&self, partition: &Partition, now: u64) -> Option<i64> {
+    pub(super) fn collect_at(&self, partition: &Partition, now: u64) -> Option<i64> {
         let lives_until = partition.lives_until()?;
         let retention = if partition.revision() > 0 {
             self.config.retention_ms
@@ -218,9 +239,10 @@ impl PostgresBackend {
         Some(column(lives_until.max(now).saturating_add(retention)))
     }
 
-    /// Run `decide` on the partition as read, at the store's now, after
-    /// recording due expiries.
-    fn decide<T>(
+    /// Run `decide` on the partition as read (or as last seen, when
+    /// speculating), at the store's now (`clock_us`, the server's clock as
+    /// read or estimated), after recording due expiries.
+    pub(super) fn decide<T>(
         &self,
         name: &str,
         loaded: Option<Loaded>,
@@ -252,6 +274,14 @@ impl PostgresBackend {
         let revision = partition.revision();
         partition.floor_at_micros(clock_us);
         partition.sweep(now);
+        // The decision holds until the next live entry expires: past that
+        // (on the server's clock), an entry it saw live is gone.
+        let valid_until_us = match self.test_now() {
+            Some(_) => u64::MAX,
+            None => partition
+                .next_expiry()
+                .map_or(u64::MAX, |at| at.saturating_mul(1000)),
+        };
         let answer = decide(&mut partition, now);
         let changed = match &before {
             Some(before) => partition.encode() != *before,
@@ -262,7 +292,12 @@ impl PostgresBackend {
             partition,
             version,
         });
-        Decided { answer, now, write }
+        Decided {
+            answer,
+            now,
+            write,
+            valid_until_us,
+        }
     }
 
     /// Write what a call decided through `client`, if the row is still at
@@ -276,6 +311,9 @@ impl PostgresBackend {
     /// `unavailable` is never applied afterwards. An update never waits for
     /// the row's lock (`SKIP LOCKED`): a locked row counts as a lost race,
     /// and the next try queues for the lock with a timeout.
+    ///
+    /// Returns the row's new version when it applied (and remembers the
+    /// row as written), `None` when it did not.
     async fn store(
         &self,
         client: &impl GenericClient,
@@ -283,11 +321,8 @@ impl PostgresBackend {
         now: u64,
         deadline_us: u64,
         write: &mut Write,
-    ) -> Result<bool, StoreError> {
-        let partition = &mut write.partition;
-        partition.trim_feed_to_bytes(FEED_BYTES.max(partition.live_bytes()));
-        let state = partition.encode();
-        let collect_at = self.collect_at(partition, now);
+    ) -> Result<Option<i64>, StoreError> {
+        let (state, collect_at) = self.seal(write, now);
         let t = &self.config.table;
         // Its commit waits as the table's durability says.
         let commit = commit_clause(t);
@@ -321,19 +356,19 @@ impl PostgresBackend {
         };
         let sql = match payload {
             Some(_) => format!(
-                "WITH w AS ({statement} RETURNING wait_until), \
+                "WITH w AS ({statement} RETURNING version, wait_until), \
                  n AS (SELECT pg_notify($7, $8) FROM w WHERE {waited}) \
-                 SELECT (SELECT count(*) FROM n) FROM w"
+                 SELECT w.version, (SELECT count(*) FROM n) FROM w"
             ),
-            None => format!("WITH w AS ({statement} RETURNING version) SELECT 1 FROM w"),
+            None => format!("WITH w AS ({statement} RETURNING version) SELECT version FROM w"),
         };
         let decided_at = column(now);
         let version = write.version.unwrap_or(0);
         let deadline = column(deadline_us);
         let channel = self.channel();
-        let name = name.as_bytes();
+        let name_bytes = name.as_bytes();
         let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
-            (&name, Type::BYTEA),
+            (&name_bytes, Type::BYTEA),
             (&decided_at, Type::INT8),
             (&state, Type::BYTEA),
             (&collect_at, Type::INT8),
@@ -346,19 +381,51 @@ impl PostgresBackend {
         }
         self.trip();
         let rows = client.query_typed(&sql, &params).await.map_err(refused)?;
-        Ok(!rows.is_empty())
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let version: i64 = row.try_get(0).map_err(unavailable)?;
+        self.remember_written(name, version, now, state, write);
+        Ok(Some(version))
+    }
+
+    /// A write made ready to send: its feed trimmed to its bound in bytes,
+    /// its state encoded, and when its row may be collected.
+    pub(super) fn seal(&self, write: &mut Write, now: u64) -> (Vec<u8>, Option<i64>) {
+        let partition = &mut write.partition;
+        partition.trim_feed_to_bytes(FEED_BYTES.max(partition.live_bytes()));
+        let collect_at = self.collect_at(partition, now);
+        (partition.encode(), collect_at)
+    }
+
+    /// Remember a row this process wrote at `version`, as written.
+    pub(super) fn remember_written(
+        &self,
+        name: &str,
+        version: i64,
+        now: u64,
+        encoded: Vec<u8>,
+        write: &Write,
+    ) {
+        self.seen
+            .remember_parts(name, version, &write.partition, encoded, now);
     }
 
     /// The server's clock when a try that began at `begun` gives up: its
     /// clock read `clock_us` (after `begun`, before now), so this is no
     /// later than the moment the response timeout cuts the try.
-    fn deadline_us(&self, begun: Instant, clock_us: u64) -> u64 {
+    pub(super) fn deadline_us(&self, begun: Instant, clock_us: u64) -> u64 {
         let left = self.config.response_timeout.saturating_sub(begun.elapsed());
         clock_us.saturating_add(u64::try_from(left.as_micros()).unwrap_or(u64::MAX))
     }
 
-    /// One try, begun at `begun`, on a pooled connection: read, decide,
-    /// write if the row is still as read. Two statements (one when nothing changes); `None`
+    /// One try, begun at `begun`, on a pooled connection. First the
+    /// speculation (`speculation.rs`): decided on the row as this process
+    /// last saw it, written only if the row is still exactly that, in one
+    /// statement. When it cannot be sent or does not apply: decide on the
+    /// row as read (by the speculation's statement, else by a read) and
+    /// write if the row is still as read. One statement when the
+    /// speculation applies, else two (one when nothing changes); `None`
     /// when another call wrote first.
     async fn try_optimistic<T>(
         &self,
@@ -367,16 +434,25 @@ impl PostgresBackend {
         decide: &mut impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<Option<(T, u64)>, StoreError> {
         let client = self.client().await?;
-        let (loaded, clock_us) = self.load(&**client, name).await?;
-        let deadline_us = self.deadline_us(begun, clock_us);
-        let Decided { answer, now, write } = self.decide(name, loaded, clock_us, decide);
+        let (loaded, clock_us) = match self.speculate(&**client, name, begun, decide).await? {
+            Speculated::Applied(answer, now) => return Ok(Some((answer, now))),
+            Speculated::Read(loaded, clock_us) => (loaded, clock_us),
+            Speculated::NotSent => self.load(&**client, name).await?,
+        };
+        let Decided {
+            answer,
+            now,
+            write,
+            valid_until_us,
+        } = self.decide(name, loaded, clock_us, decide);
         let Some(mut write) = write else {
             return Ok(Some((answer, now)));
         };
+        let deadline_us = self.deadline_us(begun, clock_us).min(valid_until_us);
         let stored = self
             .store(&**client, name, now, deadline_us, &mut write)
             .await?;
-        Ok(stored.then_some((answer, now)))
+        Ok(stored.map(|_| (answer, now)))
     }
 
     /// One try holding the row's lock: in a transaction, lock the row
@@ -420,12 +496,24 @@ impl PostgresBackend {
         )?;
         // Read after the lock is held, so the clock is read after the wait.
         let (loaded, clock_us) = self.load(&*tx, name).await?;
-        let deadline_us = self.deadline_us(begun, clock_us);
-        let Decided { answer, now, write } = self.decide(name, loaded, clock_us, decide);
+        let Decided {
+            answer,
+            now,
+            write,
+            valid_until_us,
+        } = self.decide(name, loaded, clock_us, decide);
         let Some(mut write) = write else {
             return Ok(Some((answer, now)));
         };
-        if !self.store(&*tx, name, now, deadline_us, &mut write).await? {
+        let deadline_us = self.deadline_us(begun, clock_us).min(valid_until_us);
+        // A row remembered from here on is one this transaction may yet
+        // roll back: harmless, as its version, drawn from the sequence,
+        // then never appears in the table, so no speculation matches it.
+        if self
+            .store(&*tx, name, now, deadline_us, &mut write)
+            .await?
+            .is_none()
+        {
             return Ok(None);
         }
         self.trip();
@@ -472,19 +560,23 @@ impl PostgresBackend {
 }
 
 /// What a call decided on one read of its partition.
-struct Decided<T> {
-    answer: T,
+pub(super) struct Decided<T> {
+    pub(super) answer: T,
     /// The store time it was decided at.
-    now: u64,
+    pub(super) now: u64,
     /// What to write back; `None` when the call changed nothing.
-    write: Option<Write>,
+    pub(super) write: Option<Write>,
+    /// The server's clock (µs) at which the first entry the decision saw
+    /// live expires: a write of it must land before (`u64::MAX`: none, or
+    /// a test clock).
+    pub(super) valid_until_us: u64,
 }
 
 /// A partition to write back over the version it was read at.
-struct Write {
-    partition: Partition,
+pub(super) struct Write {
+    pub(super) partition: Partition,
     /// The row's version as read; `None`: it had no row.
-    version: Option<i64>,
+    pub(super) version: Option<i64>,
     /// The revision to announce to waiters, when the call made one.
-    announce: Option<u64>,
+    pub(super) announce: Option<u64>,
 }

@@ -1,0 +1,338 @@
+//! One round trip for a write to a partition this process saw last.
+//!
+//! A call normally reads its partition's row and the server's clock, decides
+//! in Rust, then writes: two round trips. But the process that wrote a row
+//! last usually knows it already, and can estimate the server's clock from
+//! its earlier replies. So a call first *speculates*: it decides on the row
+//! as this process last read or wrote it, at the estimated clock, and sends
+//! the write with everything the decision relied on as its condition, in one
+//! statement:
+//!
+//! - the row is exactly as remembered (its version, its time and its whole
+//!   state, compared byte for byte: a version alone could be issued again by
+//!   a sequence restored from a backup), or, for a partition this process
+//!   knows nothing of, there is no row (`ON CONFLICT DO NOTHING`);
+//! - the server's clock, read in the statement, has reached the millisecond
+//!   the call decided at (no decision is taken in the server's future), and
+//!   has not reached the expiry of any entry the decision saw live, nor the
+//!   call's deadline.
+//!
+//! When all hold, the write applies and the call is done: the decision is
+//! the one a read at that moment would have led to, at a time within the
+//! call. When one fails, nothing is written, and the same statement returns
+//! the row as it is and the server's clock, so the call decides again on
+//! those and writes as usual: two round trips, as without speculation. The
+//! rules run in one place (the state machine every store shares); the server
+//! only compares.
+//!
+//! **The clock estimate** is an upper bound on the server's clock: the
+//! smallest `server clock − local time when the statement was sent` seen in
+//! the last second (the server read its clock after the statement left), so
+//! a decision is never dated before the call began. The server's check that
+//! its clock reached the decided millisecond catches the rest. The call's
+//! deadline is set from a lower bound (the same less that statement's round
+//! trip), so a statement held up past it applies nothing, as in
+//! `partition.rs`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use coord_component::memory::Partition;
+use coord_host::backend::StoreError;
+use tokio_postgres::GenericClient;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::durability::commit_clause;
+use super::partition::{CLOCK_MS, CLOCK_US, Decided, Loaded, column};
+use super::{PostgresBackend, announced_name, refused, unavailable};
+
+/// The largest state (encoded, in bytes) a backend remembers a row by: a
+/// speculation sends it back as its condition, so a larger row is read
+/// instead. Locks, leases and rate limits stay far below it.
+pub const SEEN_BYTES: usize = 4 * 1024;
+
+/// How many partitions' rows a backend remembers; past it, it forgets one
+/// (any) for each new one.
+pub const SEEN_ROWS: usize = 4096;
+
+/// How long a bound on the server's clock is kept before a looser, newer
+/// one replaces it (the two clocks drift apart; a bound this young is off
+/// by microseconds at most).
+const CLOCK_BOUND_AGE: Duration = Duration::from_secs(1);
+
+/// What this process knows of the server: rows as it last read or wrote
+/// them, and a bound on the server's clock.
+pub(super) struct Seen {
+    /// By partition: the row (`None`: it exists, but is larger than
+    /// [`SEEN_BYTES`]).
+    rows: Mutex<HashMap<String, Option<Loaded>>>,
+    /// The bound on the server's clock, from the statement whose reply gave
+    /// the tightest one.
+    clock: Mutex<Option<ClockBound>>,
+    /// Local times are µs since this.
+    started: Instant,
+}
+
+/// `server µs − local µs` as one reply bounds it.
+#[derive(Clone, Copy)]
+struct ClockBound {
+    /// The server's clock less the local time the statement was sent: at
+    /// least the true difference.
+    upper: i64,
+    /// The statement's round trip in µs: the true difference is at least
+    /// `upper − round_trip`.
+    round_trip: i64,
+    /// When it was observed.
+    at: Instant,
+}
+
+/// What a partition's speculation knows of its row.
+enum Known {
+    /// Nothing: speculate that it has none.
+    Nothing,
+    /// It exists but is too large to remember: read it.
+    Large,
+    /// As last read or written.
+    Row(Loaded),
+}
+
+impl Seen {
+    pub(super) fn new() -> Self {
+        Seen {
+            rows: Mutex::new(HashMap::new()),
+            clock: Mutex::new(None),
+            started: Instant::now(),
+        }
+    }
+
+    fn local_us(&self, at: Instant) -> i64 {
+        i64::try_from(at.saturating_duration_since(self.started).as_micros()).unwrap_or(i64::MAX)
+    }
+
+    /// A reply to a statement sent at `sent` read the server's clock as
+    /// `server_us`.
+    pub(super) fn observe_clock(&self, sent: Instant, server_us: u64) {
+        let observed = ClockBound {
+            upper: i64::try_from(server_us)
+                .unwrap_or(i64::MAX)
+                .saturating_sub(self.local_us(sent)),
+            round_trip: i64::try_from(sent.elapsed().as_micros()).unwrap_or(i64::MAX),
+            at: Instant::now(),
+        };
+        let Ok(mut clock) = self.clock.lock() else {
+            return;
+        };
+        let keep = matches!(*clock, Some(best) if best.upper <= observed.upper
+            && best.at.elapsed() < CLOCK_BOUND_AGE);
+        if !keep {
+            *clock = Some(observed);
+        }
+    }
+
+    /// The server's clock at local time `now`, bounded from above and from
+    /// below (µs); `None` before any reply.
+    fn estimate_us(&self, now: Instant) -> Option<(u64, u64)> {
+        let bound = (*self.clock.lock().ok()?)?;
+        let local = self.local_us(now);
+        let upper = u64::try_from(local.saturating_add(bound.upper)).ok()?;
+        let lower = local
+            .saturating_add(bound.upper)
+            .saturating_sub(bound.round_trip);
+        Some((upper, u64::try_from(lower).unwrap_or(0)))
+    }
+
+    fn known(&self, name: &str) -> Known {
+        let Ok(rows) = self.rows.lock() else {
+            return Known::Nothing;
+        };
+        match rows.get(name) {
+            None => Known::Nothing,
+            Some(None) => Known::Large,
+            Some(Some(row)) => Known::Row(row.clone()),
+        }
+    }
+
+    /// Remember `row` as `name`'s.
+    pub(super) fn remember(&self, name: &str, row: &Loaded) {
+        let kept = (row.encoded.len() <= SEEN_BYTES).then(|| row.clone());
+        self.keep(name, kept);
+    }
+
+    /// Remember the row `name` was written as.
+    pub(super) fn remember_parts(
+        &self,
+        name: &str,
+        version: i64,
+        partition: &Partition,
+        encoded: Vec<u8>,
+        decided_at: u64,
+    ) {
+        let kept = (encoded.len() <= SEEN_BYTES).then(|| Loaded {
+            version,
+            partition: partition.clone(),
+            encoded,
+            decided_at,
+        });
+        self.keep(name, kept);
+    }
+
+    fn keep(&self, name: &str, row: Option<Loaded>) {
+        let Ok(mut rows) = self.rows.lock() else {
+            return;
+        };
+        if rows.len() >= SEEN_ROWS && !rows.contains_key(name) {
+            let any = rows.keys().next().cloned();
+            if let Some(any) = any {
+                rows.remove(&any);
+            }
+        }
+        rows.insert(name.to_string(), row);
+    }
+
+    /// Forget `name`'s row (it has none now).
+    pub(super) fn forget(&self, name: &str) {
+        if let Ok(mut rows) = self.rows.lock() {
+            rows.remove(name);
+        }
+    }
+}
+
+/// What a speculation came to.
+pub(super) enum Speculated<T> {
+    /// Written: the answer, and the store time it was decided at.
+    Applied(T, u64),
+    /// Not written: the row as the statement found it (`None`: no row) and
+    /// the server's clock in µs, to decide on again.
+    Read(Option<Loaded>, u64),
+    /// Nothing sent: no clock seen yet, a row too large to remember, or a
+    /// decision that writes nothing (which only a read can confirm).
+    NotSent,
+}
+
+impl PostgresBackend {
+    /// Decide on the row as last seen, at the estimated clock, and write it
+    /// in one statement if the row and the clock are as the decision
+    /// assumed (see the module's comment).
+    pub(super) async fn speculate<T>(
+        &self,
+        client: &impl GenericClient,
+        name: &str,
+        begun: Instant,
+        decide: &mut impl FnMut(&mut Partition, u64) -> T,
+    ) -> Result<Speculated<T>, StoreError> {
+        let sent = Instant::now();
+        let Some((estimate_us, at_least_us)) = self.seen.estimate_us(sent) else {
+            return Ok(Speculated::NotSent);
+        };
+        let seen = match self.seen.known(name) {
+            Known::Large => return Ok(Speculated::NotSent),
+            Known::Nothing => None,
+            Known::Row(row) => Some(row),
+        };
+        let expected = seen
+            .as_ref()
+            .map(|row| (row.version, column(row.decided_at), row.encoded.clone()));
+        let Decided {
+            answer,
+            now,
+            write,
+            valid_until_us,
+        } = self.decide(name, seen, estimate_us, decide);
+        let Some(mut write) = write else {
+            return Ok(Speculated::NotSent);
+        };
+        let (state, collect_at) = self.seal(&mut write, now);
+        let t = &self.config.table;
+        let commit = commit_clause(t);
+        // The clock has reached the decided millisecond, and not the first
+        // expiry the decision saw, nor the deadline.
+        let clock_ok = format!("{CLOCK_US} >= $5 AND {CLOCK_US} < $6");
+        let (statement, waited) = match &expected {
+            None => (
+                format!(
+                    "INSERT INTO {t} (name, version, decided_at, state, collect_at) \
+                     SELECT $1, nextval('{t}_versions'), $2, $3, $4 \
+                     WHERE {clock_ok} AND {commit} \
+                     ON CONFLICT (name) DO NOTHING"
+                ),
+                "true".to_string(),
+            ),
+            Some(_) => (
+                format!(
+                    "UPDATE {t} SET version = nextval('{t}_versions'), decided_at = $2, \
+                     state = $3, collect_at = $4 \
+                     WHERE name = (SELECT name FROM {t} WHERE name = $1 AND version = $7 \
+                                   FOR UPDATE SKIP LOCKED) \
+                       AND version = $7 AND decided_at = $8 AND state = $9 \
+                       AND {clock_ok} AND {commit}"
+                ),
+                format!("w.wait_until > {CLOCK_MS}"),
+            ),
+        };
+        let payload = write
+            .announce
+            .zip(announced_name(name))
+            .map(|(revision, hex)| format!("{revision}:{hex}"));
+        let first = if expected.is_some() { 10 } else { 7 };
+        let (notify, notified) = match payload {
+            Some(_) => (
+                format!(
+                    ", n AS (SELECT pg_notify(${first}, ${}) FROM w WHERE {waited})",
+                    first + 1
+                ),
+                "(SELECT count(*) FROM n)",
+            ),
+            None => (String::new(), "0"),
+        };
+        // The row and clock come back only when the write did not apply
+        // (the outer query sees the table as it was before the write).
+        let sql = format!(
+            "WITH w AS ({statement} RETURNING version, wait_until){notify} \
+             SELECT (SELECT version FROM w), {notified}, c.now_us, r.version, r.decided_at, \
+                    CASE WHEN EXISTS (SELECT 1 FROM w) THEN NULL ELSE r.state END \
+             FROM (SELECT {CLOCK_US} AS now_us) c LEFT JOIN {t} r ON r.name = $1"
+        );
+        let name_bytes = name.as_bytes();
+        let decided_at = column(now);
+        let floor_us = column(estimate_us / 1000 * 1000);
+        let deadline_us = column(self.deadline_us(begun, at_least_us).min(valid_until_us));
+        let channel = self.channel();
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+            (&name_bytes, Type::BYTEA),
+            (&decided_at, Type::INT8),
+            (&state, Type::BYTEA),
+            (&collect_at, Type::INT8),
+            (&floor_us, Type::INT8),
+            (&deadline_us, Type::INT8),
+        ];
+        if let Some((version, decided_at, encoded)) = &expected {
+            params.push((version, Type::INT8));
+            params.push((decided_at, Type::INT8));
+            params.push((encoded, Type::BYTEA));
+        }
+        if let Some(payload) = &payload {
+            params.push((&channel, Type::TEXT));
+            params.push((payload, Type::TEXT));
+        }
+        self.trip();
+        let rows = client.query_typed(&sql, &params).await.map_err(refused)?;
+        let row = rows
+            .first()
+            .ok_or_else(|| unavailable("no row in the reply"))?;
+        let written: Option<i64> = row.try_get(0).map_err(unavailable)?;
+        match written {
+            Some(version) => {
+                let clock_us: i64 = row.try_get(2).map_err(unavailable)?;
+                self.seen
+                    .observe_clock(sent, u64::try_from(clock_us).unwrap_or(0));
+                self.remember_written(name, version, now, state, &write);
+                Ok(Speculated::Applied(answer, now))
+            }
+            None => {
+                let (loaded, clock_us) = self.read_row(name, row, 2, sent)?;
+                Ok(Speculated::Read(loaded, clock_us))
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! One-statement writes (`host-test/postgres/src/speculation.rs`): a write
+//! to a row this process saw last is one round trip, one to a row another
+//! process changed is two and still right, and a row that only looks as
+//! remembered (the same version, other contents, as a sequence restored
+//! from a backup would give) is never trusted.
+
+use std::sync::Arc;
+
+use coord_host::backend::*;
+use coord_postgres::PostgresBackend;
+use tokio_postgres::NoTls;
+use tokio_postgres::types::Type;
+
+use super::Table;
+use crate::common::{applied, postgres_config, postgres_url};
+
+/// Two backends on one table, as two processes would have them.
+async fn two_processes() -> (Arc<PostgresBackend>, Arc<PostgresBackend>, Table) {
+    let url = postgres_url().await;
+    let config = postgres_config(&url, 64, None);
+    let table = Table {
+        url,
+        name: config.table.clone(),
+    };
+    let a = PostgresBackend::connect(config.clone()).await.unwrap();
+    let b = PostgresBackend::connect(config).await.unwrap();
+    (Arc::new(a), Arc::new(b), table)
+}
+
+/// The round trips `backend` spends on `call`, and its answer.
+async fn trips<T>(backend: &PostgresBackend, call: impl Future<Output = T>) -> (u64, T) {
+    let before = backend.round_trips();
+    let answer = call.await;
+    (backend.round_trips() - before, answer)
+}
+
+#[tokio::test]
+async fn a_write_to_a_row_this_process_saw_last_is_one_round_trip_and_after_another_process_two() {
+    let (a, b, _table) = two_processes().await;
+    let p = "~lock:1:spec:one";
+    let ttl = Some(60_000);
+    // A's first call knows neither the row nor the server's clock: read,
+    // then write.
+    let (n, first) = trips(&a, a.put(p, "holder", b"a", ttl, &Condition::Absent)).await;
+    let first = applied(first.unwrap());
+    assert_eq!(n, 2, "a first call reads, then writes");
+    // A alone on the row: every write is one statement.
+    let mut held = first;
+    for round in 0..5 {
+        let (n, released) = trips(
+            &a,
+            a.delete(p, "holder", &Condition::Revision(held.revision)),
+        )
+        .await;
+        assert!(
+            matches!(released.unwrap().outcome, Outcome::Applied(_)),
+            "round {round}"
+        );
+        assert_eq!(n, 1, "round {round}: a release of A's own row");
+        let (n, again) = trips(&a, a.put(p, "holder", b"a", ttl, &Condition::Absent)).await;
+        let again = applied(again.unwrap());
+        assert!(again.revision > held.revision, "round {round}");
+        assert_eq!(n, 1, "round {round}: an acquire on A's own row");
+        held = again;
+    }
+    // B takes the row over (its first call: two), releasing A's hold.
+    let (n, taken) = trips(&b, b.delete(p, "holder", &Condition::Always)).await;
+    assert!(matches!(taken.unwrap().outcome, Outcome::Applied(_)));
+    assert_eq!(n, 2);
+    let by_b = applied(
+        b.put(p, "holder", b"b", ttl, &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    // A's memory of the row is stale: its speculation does not apply, and
+    // the same statement's reply is what it decides on. The holder is B,
+    // so A's acquire conflicts, naming B's entry, and A's release of its
+    // old hold changes nothing.
+    let (n, busy) = trips(&a, a.put(p, "holder", b"a", ttl, &Condition::Absent)).await;
+    match busy.unwrap().outcome {
+        Outcome::Conflict(Some(current)) => assert_eq!(current, by_b),
+        other => panic!("expected a conflict naming B's entry, got {other:?}"),
+    }
+    assert_eq!(
+        n, 1,
+        "a conflict is answered by the failed speculation's reply"
+    );
+    let stale = a
+        .delete(p, "holder", &Condition::Revision(held.revision))
+        .await
+        .unwrap();
+    assert!(
+        matches!(stale.outcome, Outcome::Conflict(Some(_))),
+        "{stale:?}"
+    );
+    assert_eq!(b.get(p, "holder").await.unwrap().entry, Some(by_b.clone()));
+    // B writes again; a write A makes over B's row is the failed
+    // speculation, then the write.
+    applied(b.put(p, "b2", b"b", ttl, &Condition::Absent).await.unwrap());
+    let (n, over) = trips(&a, a.put(p, "other", b"a", ttl, &Condition::Absent)).await;
+    applied(over.unwrap());
+    assert_eq!(n, 2);
+    // And then A is the last to have written it again: one.
+    let (n, next) = trips(&a, a.put(p, "third", b"a", ttl, &Condition::Absent)).await;
+    applied(next.unwrap());
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn a_row_back_at_a_remembered_version_with_other_contents_is_read_not_trusted() {
+    let (a, _b, table) = two_processes().await;
+    let p = "~lock:1:spec:restored";
+    let name = table.name.clone();
+    let (client, connection) = tokio_postgres::connect(&table.url, NoTls).await.unwrap();
+    let driving = tokio::spawn(connection);
+    // A holds the lock; the row as it is then is kept aside (a backup).
+    applied(
+        a.put(p, "holder", b"a", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    let rows = client
+        .query_typed(
+            &format!("SELECT state FROM {name} WHERE name = $1"),
+            &[(&p.as_bytes(), Type::BYTEA)],
+        )
+        .await
+        .unwrap();
+    let held: Vec<u8> = rows[0].get(0);
+    // A releases it: A remembers the row, free, at its new version.
+    let released = a.delete(p, "holder", &Condition::Always).await.unwrap();
+    assert!(matches!(released.outcome, Outcome::Applied(_)));
+    // The row comes back holding the lock, at the version A remembers (as
+    // when a restored sequence issues a version again).
+    client
+        .query_typed(
+            &format!("UPDATE {name} SET state = $2 WHERE name = $1"),
+            &[(&p.as_bytes(), Type::BYTEA), (&held, Type::BYTEA)],
+        )
+        .await
+        .unwrap();
+    // A's acquire must see the holder, not its memory of a free lock.
+    let again = a
+        .put(p, "holder", b"b", Some(60_000), &Condition::Absent)
+        .await
+        .unwrap();
+    match again.outcome {
+        Outcome::Conflict(Some(current)) => assert_eq!(current.value, b"a"),
+        other => panic!("granted over a holder the row names: {other:?}"),
+    }
+    driving.abort();
+}
