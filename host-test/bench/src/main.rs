@@ -364,7 +364,8 @@ async fn sql_stores(cli: &Cli, redis_url: &str, effort: Effort) -> wasmtime::Res
         let _ = client
             .batch_execute(&format!(
                 "DROP TABLE IF EXISTS {table}, {table}_settings; \
-                     DROP SEQUENCE IF EXISTS {table}_versions;"
+                     DROP SEQUENCE IF EXISTS {table}_versions; \
+                     DROP FUNCTION IF EXISTS {table}_write_v1;"
             ))
             .await;
     }

@@ -9,13 +9,13 @@
 //! the operating system or the machine) loses the writes of about the last
 //! `3 × wal_writer_delay` (600 ms by default), and a synchronous standby is
 //! not waited for. The setting is `SET LOCAL`'s (set inside the write's own
-//! transaction, by the write statement itself), so it never reaches another
+//! transaction, by the write function itself), so it never reaches another
 //! statement on a pooled connection: pooler-safe, and no extra round trip.
 //!
 //! Every process on a table relies on its durability: an acknowledged
 //! acquisition survives a crash only while every writer commits durably. So
 //! the mode is the table's, kept in `<table>_settings` and read by every
-//! write statement, never one process's: a process that asks for relaxed
+//! write, never one process's: a process that asks for relaxed
 //! commits on a durable table keeps it durable unless it also says
 //! [`PostgresConfig::allow_relaxed`] (a second, explicit word, as
 //! `--allow-fewer-replicas` is on NATS); asking for durable always raises
@@ -81,15 +81,14 @@ fn to_set(config: &PostgresConfig, have: Durability) -> Option<Durability> {
     (raise || lower).then_some(asked)
 }
 
-/// The condition every write statement carries: it sets
+/// The expression every write runs first (`write_function.rs`): it sets
 /// `synchronous_commit` for the rest of its own transaction from the
 /// table's mode (`off` when relaxed; else the session's own value, so a
-/// server's `remote_apply` stays), and is always true.
-pub(super) fn commit_clause(table: &str) -> String {
+/// server's `remote_apply` stays).
+pub(super) fn commit_setting(table: &str) -> String {
     format!(
         "set_config('synchronous_commit', coalesce((SELECT 'off' FROM {table}_settings \
-         WHERE durability = 'relaxed'), current_setting('synchronous_commit')), true) \
-         IS NOT NULL"
+         WHERE durability = 'relaxed'), current_setting('synchronous_commit')), true)"
     )
 }
 

@@ -72,6 +72,7 @@ mod listen;
 mod partition;
 mod speculation;
 mod store;
+mod write_function;
 
 pub use durability::Durability;
 pub use partition::FEED_BYTES;
@@ -297,8 +298,9 @@ impl PostgresBackend {
         Ok(backend)
     }
 
-    /// The table, its version sequence and its collection index, made if
-    /// missing (its settings table: [`Self::settle_durability`]). Two backends making them at once may collide in the
+    /// The table, its version sequence, its collection index and its write
+    /// function, made if missing (its settings table:
+    /// [`Self::settle_durability`]). Two backends making them at once may collide in the
     /// catalog; the loser finds them made.
     async fn make_table(&self) -> Result<(), StoreError> {
         let t = &self.config.table;
@@ -317,13 +319,37 @@ impl PostgresBackend {
         );
         for attempt in 0..3 {
             let client = self.client().await?;
-            match client.batch_execute(&sql).await {
+            match self.make_write_function(&client, &sql).await {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt < 2 && e.code().is_some() => {
                     tracing::debug!("making {t} raced another backend: {e}");
                 }
                 Err(e) => return Err(refused(e)),
             }
+        }
+        Ok(())
+    }
+
+    /// Run `sql` (the table's statements), then make the write function
+    /// (`write_function.rs`) if the database has none by its name and
+    /// signature. Two backends making it at once collide on its name; the
+    /// caller tries again and finds it made.
+    async fn make_write_function(
+        &self,
+        client: &deadpool_postgres::Object,
+        sql: &str,
+    ) -> Result<(), tokio_postgres::Error> {
+        client.batch_execute(sql).await?;
+        let table = &self.config.table;
+        let signature = write_function::signature(table);
+        let found = client
+            .query_typed(
+                "SELECT to_regprocedure($1) IS NOT NULL",
+                &[(&signature, tokio_postgres::types::Type::TEXT)],
+            )
+            .await?;
+        if !found.first().is_some_and(|row| row.get::<_, bool>(0)) {
+            client.batch_execute(&write_function::create(table)).await?;
         }
         Ok(())
     }

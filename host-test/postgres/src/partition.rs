@@ -16,9 +16,8 @@ use deadpool_postgres::Pool;
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::durability::commit_clause;
 use super::speculation::Speculated;
-use super::{PostgresBackend, announced_name, refused, unavailable};
+use super::{PostgresBackend, announced_name, refused, unavailable, write_function};
 
 /// The most bytes of feed a partition's row carries beyond its live
 /// entries: every write rewrites the whole row, so the feed is bounded in
@@ -253,11 +252,14 @@ impl PostgresBackend {
             Some(now) => (now, now.saturating_mul(1000)),
             None => (clock_us / 1000, clock_us),
         };
-        let (mut partition, version, before, now) = match loaded {
+        let (mut partition, was, now) = match loaded {
             Some(l) => (
                 l.partition,
-                Some(l.version),
-                Some(l.encoded),
+                Some(Was {
+                    version: l.version,
+                    decided_at: l.decided_at,
+                    encoded: l.encoded,
+                }),
                 clock.max(l.decided_at),
             ),
             // An unwatched partition's feed is never read: keep one
@@ -268,7 +270,7 @@ impl PostgresBackend {
                 } else {
                     self.config.history
                 };
-                (Partition::new(history), None, None, clock)
+                (Partition::new(history), None, clock)
             }
         };
         let revision = partition.revision();
@@ -283,14 +285,14 @@ impl PostgresBackend {
                 .map_or(u64::MAX, |at| at.saturating_mul(1000)),
         };
         let answer = decide(&mut partition, now);
-        let changed = match &before {
-            Some(before) => partition.encode() != *before,
+        let changed = match &was {
+            Some(was) => partition.encode() != was.encoded,
             None => partition.revision() > 0 || !partition.is_empty(),
         };
         let write = changed.then(|| Write {
             announce: (partition.revision() != revision).then(|| partition.revision()),
             partition,
-            version,
+            was,
         });
         Decided {
             answer,
@@ -300,93 +302,74 @@ impl PostgresBackend {
         }
     }
 
-    /// Write what a call decided through `client`, if the row is still at
-    /// the version read (none: it has no row), announcing the new revision
-    /// in the same statement. `Ok(false)`: somebody wrote first, or holds
-    /// the row's lock, or the server's clock passed `deadline_us`.
+    /// Write what a call decided through `client` (`write_function.rs`),
+    /// if the row is still exactly as decided on (none: it has no row) and
+    /// the server's clock, read after the row's lock, is at least
+    /// `at_least_us` and before `before_us`, announcing the new revision in
+    /// the same statement when a waiter registered on the row.
     ///
-    /// The deadline is the moment this call gives up (on the server's
-    /// clock): a statement held up past it by a stall (a lock on the table,
-    /// a stopped server) and run later changes nothing, so a call answered
-    /// `unavailable` is never applied afterwards. An update never waits for
-    /// the row's lock (`SKIP LOCKED`): a locked row counts as a lost race,
-    /// and the next try queues for the lock with a timeout.
+    /// `before_us` is at most the moment this call gives up (on the
+    /// server's clock): a statement held up past it by a stall (a lock on
+    /// the table, a stopped server) and run later changes nothing, so a
+    /// call answered `unavailable` is never applied afterwards. An update
+    /// never waits for the row's lock (`SKIP LOCKED`): a locked row counts
+    /// as a lost race, and the next try queues for the lock with a
+    /// timeout.
     ///
-    /// Returns the row's new version when it applied (and remembers the
-    /// row as written), `None` when it did not.
-    async fn store(
+    /// Written: the row is remembered as written. Not written: the row as it is now (`None`: no row) and the
+    /// server's clock, read by the same statement.
+    pub(super) async fn store(
         &self,
         client: &impl GenericClient,
         name: &str,
         now: u64,
-        deadline_us: u64,
+        (at_least_us, before_us): (u64, u64),
         write: &mut Write,
-    ) -> Result<Option<i64>, StoreError> {
+    ) -> Result<Stored, StoreError> {
         let (state, collect_at) = self.seal(write, now);
-        let t = &self.config.table;
-        // Its commit waits as the table's durability says.
-        let commit = commit_clause(t);
-        let statement = match write.version {
-            // $5 is 0 here: every statement takes the same parameters.
-            None => format!(
-                "INSERT INTO {t} (name, version, decided_at, state, collect_at) \
-                 SELECT $1, nextval('{t}_versions'), $2, $3, $4 \
-                 WHERE $5 = 0 AND {CLOCK_US} < $6 AND {commit} \
-                 ON CONFLICT (name) DO NOTHING"
-            ),
-            Some(_) => format!(
-                "UPDATE {t} SET version = nextval('{t}_versions'), decided_at = $2, \
-                 state = $3, collect_at = $4 \
-                 WHERE name = (SELECT name FROM {t} WHERE name = $1 AND version = $5 \
-                               FOR UPDATE SKIP LOCKED) \
-                   AND version = $5 AND {CLOCK_US} < $6 AND {commit}"
-            ),
-        };
         let payload = write
             .announce
             .zip(announced_name(name))
             .map(|(revision, hex)| format!("{revision}:{hex}"));
-        // The announcement rides on the write: sent only if it applied, and
-        // only if a waiter said it waits on the row (a new row: always).
-        // `NOTIFY` serialises every notifying commit on the server, through
-        // its flush to disk, so writes nobody waits for skip it.
-        let waited = match write.version {
-            None => "true".to_string(),
-            Some(_) => format!("w.wait_until > {CLOCK_MS}"),
-        };
-        let sql = match payload {
-            Some(_) => format!(
-                "WITH w AS ({statement} RETURNING version, wait_until), \
-                 n AS (SELECT pg_notify($7, $8) FROM w WHERE {waited}) \
-                 SELECT w.version, (SELECT count(*) FROM n) FROM w"
-            ),
-            None => format!("WITH w AS ({statement} RETURNING version) SELECT version FROM w"),
-        };
-        let decided_at = column(now);
-        let version = write.version.unwrap_or(0);
-        let deadline = column(deadline_us);
-        let channel = self.channel();
         let name_bytes = name.as_bytes();
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+        let decided_at = column(now);
+        let was_version = write.was.as_ref().map(|was| was.version);
+        let was_decided_at = write.was.as_ref().map(|was| column(was.decided_at));
+        let was_state = write.was.as_ref().map(|was| was.encoded.as_slice());
+        let (at_least, before) = (column(at_least_us), column(before_us));
+        let channel = self.channel();
+        let params: [(&(dyn ToSql + Sync), Type); 11] = [
             (&name_bytes, Type::BYTEA),
             (&decided_at, Type::INT8),
             (&state, Type::BYTEA),
             (&collect_at, Type::INT8),
-            (&version, Type::INT8),
-            (&deadline, Type::INT8),
+            (&was_version, Type::INT8),
+            (&was_decided_at, Type::INT8),
+            (&was_state, Type::BYTEA),
+            (&at_least, Type::INT8),
+            (&before, Type::INT8),
+            (&channel, Type::TEXT),
+            (&payload, Type::TEXT),
         ];
-        if let Some(payload) = &payload {
-            params.push((&channel, Type::TEXT));
-            params.push((payload, Type::TEXT));
-        }
         self.trip();
-        let rows = client.query_typed(&sql, &params).await.map_err(refused)?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
+        let sent = Instant::now();
+        let rows = client
+            .query_typed(&write_function::call(&self.config.table), &params)
+            .await
+            .map_err(refused)?;
+        let row = rows
+            .first()
+            .ok_or_else(|| unavailable("no row in the reply"))?;
+        let written: Option<i64> = row.try_get(0).map_err(unavailable)?;
+        let Some(version) = written else {
+            let (row, clock_us) = self.read_row(name, row, 1, sent)?;
+            return Ok(Stored::Refused { row, clock_us });
         };
-        let version: i64 = row.try_get(0).map_err(unavailable)?;
-        self.remember_written(name, version, now, state, write);
-        Ok(Some(version))
+        let clock_us = micros(row.try_get(1).map_err(unavailable)?)?;
+        self.seen.observe_clock(sent, clock_us);
+        self.seen
+            .remember_parts(name, version, &write.partition, state, now);
+        Ok(Stored::Written)
     }
 
     /// A write made ready to send: its feed trimmed to its bound in bytes,
@@ -396,19 +379,6 @@ impl PostgresBackend {
         partition.trim_feed_to_bytes(FEED_BYTES.max(partition.live_bytes()));
         let collect_at = self.collect_at(partition, now);
         (partition.encode(), collect_at)
-    }
-
-    /// Remember a row this process wrote at `version`, as written.
-    pub(super) fn remember_written(
-        &self,
-        name: &str,
-        version: i64,
-        now: u64,
-        encoded: Vec<u8>,
-        write: &Write,
-    ) {
-        self.seen
-            .remember_parts(name, version, &write.partition, encoded, now);
     }
 
     /// The server's clock when a try that began at `begun` gives up: its
@@ -448,11 +418,9 @@ impl PostgresBackend {
         let Some(mut write) = write else {
             return Ok(Some((answer, now)));
         };
-        let deadline_us = self.deadline_us(begun, clock_us).min(valid_until_us);
-        let stored = self
-            .store(&**client, name, now, deadline_us, &mut write)
-            .await?;
-        Ok(stored.map(|_| (answer, now)))
+        let bounds = (0, self.deadline_us(begun, clock_us).min(valid_until_us));
+        let stored = self.store(&**client, name, now, bounds, &mut write).await?;
+        Ok(matches!(stored, Stored::Written).then_some((answer, now)))
     }
 
     /// One try holding the row's lock: in a transaction, lock the row
@@ -505,15 +473,12 @@ impl PostgresBackend {
         let Some(mut write) = write else {
             return Ok(Some((answer, now)));
         };
-        let deadline_us = self.deadline_us(begun, clock_us).min(valid_until_us);
+        let bounds = (0, self.deadline_us(begun, clock_us).min(valid_until_us));
         // A row remembered from here on is one this transaction may yet
         // roll back: harmless, as its version, drawn from the sequence,
         // then never appears in the table, so no speculation matches it.
-        if self
-            .store(&*tx, name, now, deadline_us, &mut write)
-            .await?
-            .is_none()
-        {
+        let stored = self.store(&*tx, name, now, bounds, &mut write).await?;
+        if let Stored::Refused { .. } = stored {
             return Ok(None);
         }
         self.trip();
@@ -572,11 +537,27 @@ pub(super) struct Decided<T> {
     pub(super) valid_until_us: u64,
 }
 
-/// A partition to write back over the version it was read at.
+/// A partition to write back over the row it was decided on.
 pub(super) struct Write {
     pub(super) partition: Partition,
-    /// The row's version as read; `None`: it had no row.
-    pub(super) version: Option<i64>,
+    /// The row as decided on; `None`: it had no row.
+    pub(super) was: Option<Was>,
     /// The revision to announce to waiters, when the call made one.
     pub(super) announce: Option<u64>,
+}
+
+/// The row a write was decided on, which it must still be.
+pub(super) struct Was {
+    version: i64,
+    decided_at: u64,
+    encoded: Vec<u8>,
+}
+
+/// What a write came to.
+pub(super) enum Stored {
+    /// Written (and remembered as written).
+    Written,
+    /// Not written: the row as it is now (`None`: none) and the server's
+    /// clock in µs.
+    Refused { row: Option<Loaded>, clock_us: u64 },
 }

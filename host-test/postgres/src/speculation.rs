@@ -41,11 +41,9 @@ use std::time::{Duration, Instant};
 use coord_component::memory::Partition;
 use coord_host::backend::StoreError;
 use tokio_postgres::GenericClient;
-use tokio_postgres::types::{ToSql, Type};
 
-use super::durability::commit_clause;
-use super::partition::{CLOCK_MS, CLOCK_US, Decided, Loaded, column};
-use super::{PostgresBackend, announced_name, refused, unavailable};
+use super::PostgresBackend;
+use super::partition::{Decided, Loaded, Stored};
 
 /// The largest state (encoded, in bytes) a backend remembers a row by: a
 /// speculation sends it back as its condition, so a larger row is read
@@ -230,9 +228,6 @@ impl PostgresBackend {
             Known::Nothing => None,
             Known::Row(row) => Some(row),
         };
-        let expected = seen
-            .as_ref()
-            .map(|row| (row.version, column(row.decided_at), row.encoded.clone()));
         let Decided {
             answer,
             now,
@@ -242,97 +237,15 @@ impl PostgresBackend {
         let Some(mut write) = write else {
             return Ok(Speculated::NotSent);
         };
-        let (state, collect_at) = self.seal(&mut write, now);
-        let t = &self.config.table;
-        let commit = commit_clause(t);
         // The clock has reached the decided millisecond, and not the first
         // expiry the decision saw, nor the deadline.
-        let clock_ok = format!("{CLOCK_US} >= $5 AND {CLOCK_US} < $6");
-        let (statement, waited) = match &expected {
-            None => (
-                format!(
-                    "INSERT INTO {t} (name, version, decided_at, state, collect_at) \
-                     SELECT $1, nextval('{t}_versions'), $2, $3, $4 \
-                     WHERE {clock_ok} AND {commit} \
-                     ON CONFLICT (name) DO NOTHING"
-                ),
-                "true".to_string(),
-            ),
-            Some(_) => (
-                format!(
-                    "UPDATE {t} SET version = nextval('{t}_versions'), decided_at = $2, \
-                     state = $3, collect_at = $4 \
-                     WHERE name = (SELECT name FROM {t} WHERE name = $1 AND version = $7 \
-                                   FOR UPDATE SKIP LOCKED) \
-                       AND version = $7 AND decided_at = $8 AND state = $9 \
-                       AND {clock_ok} AND {commit}"
-                ),
-                format!("w.wait_until > {CLOCK_MS}"),
-            ),
-        };
-        let payload = write
-            .announce
-            .zip(announced_name(name))
-            .map(|(revision, hex)| format!("{revision}:{hex}"));
-        let first = if expected.is_some() { 10 } else { 7 };
-        let (notify, notified) = match payload {
-            Some(_) => (
-                format!(
-                    ", n AS (SELECT pg_notify(${first}, ${}) FROM w WHERE {waited})",
-                    first + 1
-                ),
-                "(SELECT count(*) FROM n)",
-            ),
-            None => (String::new(), "0"),
-        };
-        // The row and clock come back only when the write did not apply
-        // (the outer query sees the table as it was before the write).
-        let sql = format!(
-            "WITH w AS ({statement} RETURNING version, wait_until){notify} \
-             SELECT (SELECT version FROM w), {notified}, c.now_us, r.version, r.decided_at, \
-                    CASE WHEN EXISTS (SELECT 1 FROM w) THEN NULL ELSE r.state END \
-             FROM (SELECT {CLOCK_US} AS now_us) c LEFT JOIN {t} r ON r.name = $1"
+        let bounds = (
+            estimate_us / 1000 * 1000,
+            self.deadline_us(begun, at_least_us).min(valid_until_us),
         );
-        let name_bytes = name.as_bytes();
-        let decided_at = column(now);
-        let floor_us = column(estimate_us / 1000 * 1000);
-        let deadline_us = column(self.deadline_us(begun, at_least_us).min(valid_until_us));
-        let channel = self.channel();
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
-            (&name_bytes, Type::BYTEA),
-            (&decided_at, Type::INT8),
-            (&state, Type::BYTEA),
-            (&collect_at, Type::INT8),
-            (&floor_us, Type::INT8),
-            (&deadline_us, Type::INT8),
-        ];
-        if let Some((version, decided_at, encoded)) = &expected {
-            params.push((version, Type::INT8));
-            params.push((decided_at, Type::INT8));
-            params.push((encoded, Type::BYTEA));
-        }
-        if let Some(payload) = &payload {
-            params.push((&channel, Type::TEXT));
-            params.push((payload, Type::TEXT));
-        }
-        self.trip();
-        let rows = client.query_typed(&sql, &params).await.map_err(refused)?;
-        let row = rows
-            .first()
-            .ok_or_else(|| unavailable("no row in the reply"))?;
-        let written: Option<i64> = row.try_get(0).map_err(unavailable)?;
-        match written {
-            Some(version) => {
-                let clock_us: i64 = row.try_get(2).map_err(unavailable)?;
-                self.seen
-                    .observe_clock(sent, u64::try_from(clock_us).unwrap_or(0));
-                self.remember_written(name, version, now, state, &write);
-                Ok(Speculated::Applied(answer, now))
-            }
-            None => {
-                let (loaded, clock_us) = self.read_row(name, row, 2, sent)?;
-                Ok(Speculated::Read(loaded, clock_us))
-            }
+        match self.store(client, name, now, bounds, &mut write).await? {
+            Stored::Written => Ok(Speculated::Applied(answer, now)),
+            Stored::Refused { row, clock_us } => Ok(Speculated::Read(row, clock_us)),
         }
     }
 }

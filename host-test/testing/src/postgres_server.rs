@@ -183,7 +183,8 @@ pub fn drop_table(url: String, table: String) {
             let _ = client
                 .batch_execute(&format!(
                     "DROP TABLE IF EXISTS {table}, {table}_settings; \
-                     DROP SEQUENCE IF EXISTS {table}_versions;"
+                     DROP SEQUENCE IF EXISTS {table}_versions; \
+                     DROP FUNCTION IF EXISTS {table}_write_v1;"
                 ))
                 .await;
             driving.abort();
