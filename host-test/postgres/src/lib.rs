@@ -12,10 +12,12 @@
 //! reads and writes (the state machine the in-memory and NATS backends run,
 //! so the semantics are the same by construction), the store time it was
 //! last decided at, and a version drawn from a sequence. A call reads the
-//! row and, when it changes anything, writes the new state only if the
-//! version is still the one it read (`UPDATE … WHERE version = $v`, or an
-//! `INSERT … ON CONFLICT DO NOTHING` for a new partition); a call that loses
-//! that race reads again and decides again. The version comes from a
+//! row (or remembers it: `speculation.rs`) and, when it changes anything,
+//! writes the new state only if the row is still the one it decided on,
+//! through the table's write function (`write_function.rs`: an `UPDATE`
+//! conditioned on the row, or an `INSERT … ON CONFLICT DO NOTHING` for a
+//! new partition); a call that loses that race reads again and decides
+//! again. The version comes from a
 //! sequence, never from the row, so a row collected and made again cannot
 //! take a version a stale writer still holds.
 //!
@@ -313,7 +315,7 @@ impl PostgresBackend {
                state bytea NOT NULL,
                collect_at bigint,
                wait_until bigint
-             );
+             ) WITH (fillfactor = 70);
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS wait_until bigint;
              CREATE INDEX IF NOT EXISTS {t}_collect_at ON {t} (collect_at);"
         );

@@ -24,6 +24,10 @@ use super::{PostgresBackend, announced_name, refused, unavailable, write_functio
 /// bytes as well as in changes (the rule the NATS backend follows).
 pub const FEED_BYTES: usize = 16 * 1024;
 
+/// When a row may be collected is kept to this grain (ms): a row lives up
+/// to a minute past its time, and consecutive writes mostly keep the value.
+const COLLECT_GRAIN_MS: u64 = 60_000;
+
 /// The server's clock in microseconds, as every read selects it: the store
 /// time is its milliseconds, and revisions are floored at it.
 pub(super) const CLOCK_US: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
@@ -235,7 +239,14 @@ impl PostgresBackend {
         } else {
             0
         };
-        Some(column(lives_until.max(now).saturating_add(retention)))
+        let at = lives_until.max(now).saturating_add(retention);
+        // Rounded up to the grain, so most writes leave the indexed column
+        // as it was and PostgreSQL can update the row in place (a HOT
+        // update: no new index entries, less to flush).
+        Some(column(
+            at.div_ceil(COLLECT_GRAIN_MS)
+                .saturating_mul(COLLECT_GRAIN_MS),
+        ))
     }
 
     /// Run `decide` on the partition as read (or as last seen, when
