@@ -12,12 +12,17 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::Type;
 
 use super::Table;
-use crate::common::{applied, postgres_config, postgres_url};
+use crate::common::{T0, applied, postgres_config, postgres_url};
+use coord_host::clock::ManualClock;
 
-/// Two backends on one table, as two processes would have them.
+/// Two backends on one table, as two processes would have them, on a test
+/// clock: whether a speculation applies then depends on the row alone, not
+/// on how well a busy machine's replies bounded the server's clock (which
+/// `coord-bench --sql` counts instead, as round trips per call).
 async fn two_processes() -> (Arc<PostgresBackend>, Arc<PostgresBackend>, Table) {
     let url = postgres_url().await;
-    let config = postgres_config(&url, 64, None);
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = postgres_config(&url, 64, Some(clock));
     let table = Table {
         url,
         name: config.table.clone(),
