@@ -381,6 +381,16 @@ impl PostgresBackend {
         self.round_trips.load(Ordering::Relaxed)
     }
 
+    /// Move this process's estimate of the server's clock by `by_ms` (later
+    /// when positive), as a misjudged round trip or a step of the local
+    /// clock would, until the next reply corrects it. For tests that check
+    /// the server refuses a one-statement write decided at the wrong time
+    /// (`speculation.rs`); nothing else calls it.
+    #[doc(hidden)]
+    pub fn misestimate_server_clock(&self, by_ms: i64) {
+        self.seen.shift_clock_estimate(by_ms.saturating_mul(1000));
+    }
+
     fn trip(&self) {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
     }

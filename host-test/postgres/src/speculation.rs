@@ -128,6 +128,17 @@ impl Seen {
         }
     }
 
+    /// Move the estimate of the server's clock by `by_us`, kept as the
+    /// tightest bound until a reply gives a tighter one or it ages out.
+    pub(super) fn shift_clock_estimate(&self, by_us: i64) {
+        if let Ok(mut clock) = self.clock.lock()
+            && let Some(bound) = clock.as_mut()
+        {
+            bound.upper = bound.upper.saturating_add(by_us);
+            bound.at = Instant::now();
+        }
+    }
+
     /// The server's clock at local time `now`, bounded from above and from
     /// below (µs); `None` before any reply.
     fn estimate_us(&self, now: Instant) -> Option<(u64, u64)> {

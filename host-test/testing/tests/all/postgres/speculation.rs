@@ -2,7 +2,9 @@
 //! to a row this process saw last is one round trip, one to a row another
 //! process changed is two and still right, and a row that only looks as
 //! remembered (the same version, other contents, as a sequence restored
-//! from a backup would give) is never trusted.
+//! from a backup would give) is never trusted. A write decided on a wrong
+//! estimate of the server's clock applies nothing: not ahead of it (a hold
+//! that only looks expired), nor behind it (a hold that only looks live).
 
 use std::sync::Arc;
 
@@ -154,4 +156,82 @@ async fn a_row_back_at_a_remembered_version_with_other_contents_is_read_not_trus
         other => panic!("granted over a holder the row names: {other:?}"),
     }
     driving.abort();
+}
+
+/// One backend on the server's own clock, whose estimate of that clock the
+/// tests then misjudge on purpose.
+async fn one_process_on_the_servers_clock() -> (PostgresBackend, Table) {
+    let url = postgres_url().await;
+    let config = postgres_config(&url, 64, None);
+    let table = Table {
+        url,
+        name: config.table.clone(),
+    };
+    (PostgresBackend::connect(config).await.unwrap(), table)
+}
+
+#[tokio::test]
+async fn a_write_decided_ahead_of_the_servers_clock_never_applies() {
+    let (a, _table) = one_process_on_the_servers_clock().await;
+    let p = "~lock:1:spec:ahead";
+    // A holds the lock for a minute; the reply bounds its estimate of the
+    // server's clock.
+    let held = applied(
+        a.put(p, "holder", b"a", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    // Misjudged two minutes ahead, the hold looks expired, and an acquire
+    // by another owner decides to take it...
+    a.misestimate_server_clock(120_000);
+    let (n, taken) = trips(
+        &a,
+        a.put(p, "holder", b"b", Some(60_000), &Condition::Absent),
+    )
+    .await;
+    // ...but the server's clock has not reached the moment it was decided
+    // at: nothing applies, and decided again on the statement's reply, at
+    // the server's clock, the acquire conflicts with the holder.
+    match taken.unwrap().outcome {
+        Outcome::Conflict(Some(current)) => assert_eq!(current, held),
+        other => panic!("a lock held for a minute was taken: {other:?}"),
+    }
+    assert_eq!(n, 1, "one statement: the speculation, refused");
+    assert_eq!(a.get(p, "holder").await.unwrap().entry, Some(held));
+}
+
+#[tokio::test]
+async fn a_write_decided_behind_the_servers_clock_never_renews_an_expired_entry() {
+    let (a, _table) = one_process_on_the_servers_clock().await;
+    let p = "~lock:1:spec:behind";
+    let held = applied(
+        a.put(p, "holder", b"a", Some(1_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    let expires = held.expires_at.expect("a TTL was given");
+    // Wait on the server's clock until the hold has expired (however long
+    // the machine takes: the clock only has to move on).
+    let mut now = a.now().await.unwrap();
+    while now <= expires + 100 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        now = a.now().await.unwrap();
+    }
+    // Misjudged to two seconds before the expiry, the hold looks live, and
+    // a renewal decides to extend it. Two seconds is within the call's
+    // deadline (5 s), so only the expiry the decision relied on can stop it.
+    let expires = i64::try_from(expires).unwrap();
+    a.misestimate_server_clock(expires - 2_000 - i64::try_from(now).unwrap());
+    let renewed = a
+        .touch(p, "holder", 60_000, &Condition::Revision(held.revision))
+        .await;
+    // The server's clock is past that expiry: nothing applies, and decided
+    // again at the server's clock, the entry is gone. (How many statements
+    // that takes is not asserted: on a machine that stalled two seconds
+    // since the estimate was set, the decision itself sees the expiry.)
+    match renewed.unwrap().outcome {
+        Outcome::Conflict(None) => {}
+        other => panic!("an expired hold was renewed: {other:?}"),
+    }
+    assert_eq!(a.get(p, "holder").await.unwrap().entry, None);
 }
