@@ -4,7 +4,8 @@
 //! remembered (the same version, other contents, as a sequence restored
 //! from a backup would give) is never trusted. A write decided on a wrong
 //! estimate of the server's clock applies nothing: not ahead of it (a hold
-//! that only looks expired), nor behind it (a hold that only looks live).
+//! that only looks expired, or a new entry stamped in the server's future),
+//! nor behind it (a hold that only looks live).
 
 use std::sync::Arc;
 
@@ -234,4 +235,48 @@ async fn a_write_decided_behind_the_servers_clock_never_renews_an_expired_entry(
         other => panic!("an expired hold was renewed: {other:?}"),
     }
     assert_eq!(a.get(p, "holder").await.unwrap().entry, None);
+}
+
+#[tokio::test]
+async fn a_new_entry_decided_ahead_of_the_servers_clock_gets_no_longer_a_ttl() {
+    let (a, _table) = one_process_on_the_servers_clock().await;
+    // One call on another partition, so that the process has an estimate
+    // of the server's clock but knows nothing of the partition written
+    // next: that write is the speculative insert of a new row.
+    applied(
+        a.put(
+            "~lock:1:spec:other",
+            "holder",
+            b"a",
+            Some(60_000),
+            &Condition::Absent,
+        )
+        .await
+        .unwrap(),
+    );
+    let p = "~lock:1:spec:new";
+    // Misjudged two minutes ahead, a new entry would be stamped two
+    // minutes in the future and outlive its TTL by as much...
+    a.misestimate_server_clock(120_000);
+    let written = applied(
+        a.put(p, "holder", b"a", Some(60_000), &Condition::Absent)
+            .await
+            .unwrap(),
+    );
+    // ...but the server's clock has not reached that moment: the insert
+    // applies nothing, and decided again at the server's clock the entry
+    // gets exactly its TTL from a time the server has already reached.
+    let after = a.now().await.unwrap();
+    assert!(
+        written.updated_at <= after,
+        "stamped {} ms ahead of the server's clock",
+        written.updated_at - after
+    );
+    let expires = written.expires_at.expect("a TTL was given");
+    assert!(
+        expires <= after + 60_000,
+        "a 60 s TTL that ends {} ms after the server's clock",
+        expires - after
+    );
+    assert_eq!(a.get(p, "holder").await.unwrap().entry, Some(written));
 }
