@@ -14,7 +14,7 @@ use coord_postgres::PostgresBackend;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::Type;
 
-use super::Table;
+use super::{Table, on_server_clock};
 use crate::common::{T0, applied, postgres_config, postgres_url};
 use coord_host::clock::ManualClock;
 
@@ -159,21 +159,9 @@ async fn a_row_back_at_a_remembered_version_with_other_contents_is_read_not_trus
     driving.abort();
 }
 
-/// One backend on the server's own clock, whose estimate of that clock the
-/// tests then misjudge on purpose.
-async fn one_process_on_the_servers_clock() -> (PostgresBackend, Table) {
-    let url = postgres_url().await;
-    let config = postgres_config(&url, 64, None);
-    let table = Table {
-        url,
-        name: config.table.clone(),
-    };
-    (PostgresBackend::connect(config).await.unwrap(), table)
-}
-
 #[tokio::test]
 async fn a_write_decided_ahead_of_the_servers_clock_never_applies() {
-    let (a, _table) = one_process_on_the_servers_clock().await;
+    let (a, _table) = on_server_clock().await;
     let p = "~lock:1:spec:ahead";
     // A holds the lock for a minute; the reply bounds its estimate of the
     // server's clock.
@@ -203,7 +191,7 @@ async fn a_write_decided_ahead_of_the_servers_clock_never_applies() {
 
 #[tokio::test]
 async fn a_write_decided_behind_the_servers_clock_never_renews_an_expired_entry() {
-    let (a, _table) = one_process_on_the_servers_clock().await;
+    let (a, _table) = on_server_clock().await;
     let p = "~lock:1:spec:behind";
     let held = applied(
         a.put(p, "holder", b"a", Some(1_000), &Condition::Absent)
@@ -239,7 +227,7 @@ async fn a_write_decided_behind_the_servers_clock_never_renews_an_expired_entry(
 
 #[tokio::test]
 async fn a_new_entry_decided_ahead_of_the_servers_clock_gets_no_longer_a_ttl() {
-    let (a, _table) = one_process_on_the_servers_clock().await;
+    let (a, _table) = on_server_clock().await;
     // One call on another partition, so that the process has an estimate
     // of the server's clock but knows nothing of the partition written
     // next: that write is the speculative insert of a new row.
