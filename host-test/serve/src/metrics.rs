@@ -1,6 +1,7 @@
 //! What `coord serve` counts, in Prometheus' registry: requests by route
 //! class and status, their latency, store calls and errors by operation,
-//! lock and semaphore permit outcomes, instances in use and pool rejections.
+//! lock and semaphore permit outcomes, waits on the store (how many wait
+//! now and how long each waited), instances in use and pool rejections.
 //!
 //! Store calls are counted by [`MeteredBackend`], a backend wrapper; lock
 //! outcomes are read off the store calls on lock partitions (an applied
@@ -59,6 +60,14 @@ pub struct StoreLabels {
     pub operation: &'static str,
     /// The backend (`memory`, `redis`).
     pub backend: &'static str,
+}
+
+/// What a store wait waits for: a `lock`, a `semaphore` place, or `other`
+/// (an ephemeral watch, a lease).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaitLabels {
+    /// `lock`, `semaphore` or `other`, from the partition waited on.
+    pub kind: &'static str,
 }
 
 /// A lock outcome's label.
@@ -152,6 +161,12 @@ pub struct ServeMetrics {
     /// Semaphore permit outcomes, read off the store calls on semaphore
     /// partitions as the lock's are.
     pub permit_outcomes: Family<OutcomeLabels, Counter>,
+    /// Store waits in progress, by what they wait for: with many requests
+    /// waiting on one lock, how many there are now.
+    pub waiting: Family<WaitLabels, Gauge>,
+    /// How long each store wait lasted, in seconds, by what it waited for,
+    /// whether it ended by a change, its timeout or its request being cut.
+    pub wait_duration: Family<WaitLabels, Histogram>,
     /// Instances running a request now.
     pub instances_in_use: Gauge<i64, std::sync::atomic::AtomicI64>,
     /// Requests refused because every instance was in use.
@@ -172,6 +187,10 @@ impl Default for ServeMetrics {
         let store_errors = Family::<StoreLabels, Counter>::default();
         let lock_outcomes = Family::<OutcomeLabels, Counter>::default();
         let permit_outcomes = Family::<OutcomeLabels, Counter>::default();
+        let waiting = Family::<WaitLabels, Gauge>::default();
+        let wait_duration = Family::<WaitLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.000_1, 2.0, 20))) as fn() -> Histogram,
+        );
         let instances_in_use = Gauge::default();
         let pool_rejections = Counter::default();
         let store_warnings = Gauge::default();
@@ -199,6 +218,16 @@ impl Default for ServeMetrics {
             permit_outcomes.clone(),
         );
         registry.register(
+            "waiting",
+            "Store waits in progress (requests waiting for a lock, a semaphore place or a change), by what they wait for",
+            waiting.clone(),
+        );
+        registry.register(
+            "wait_duration_seconds",
+            "How long each store wait lasted, by what it waited for, however it ended",
+            wait_duration.clone(),
+        );
+        registry.register(
             "instances_in_use",
             "Instances running a request now",
             instances_in_use.clone(),
@@ -221,6 +250,8 @@ impl Default for ServeMetrics {
             store_errors,
             lock_outcomes,
             permit_outcomes,
+            waiting,
+            wait_duration,
             instances_in_use,
             pool_rejections,
             store_warnings,
@@ -312,6 +343,45 @@ impl MeteredBackend {
         if let Some(outcome) = outcome(result.as_ref()) {
             family.get_or_create(&OutcomeLabels { outcome }).inc();
         }
+    }
+}
+
+/// A store wait in progress: counted in [`ServeMetrics::waiting`] while it
+/// lives, its time observed when it ends. Dropped, not only finished, when
+/// its request is cut (a deadline, a closed connection), so a cut waiter
+/// never stays counted.
+struct Waiting<'a> {
+    metrics: &'a ServeMetrics,
+    labels: WaitLabels,
+    since: std::time::Instant,
+}
+
+impl<'a> Waiting<'a> {
+    fn begin(metrics: &'a ServeMetrics, partition: &str) -> Self {
+        let kind = if partition.starts_with("~lock:") {
+            "lock"
+        } else if partition.starts_with("~sem:") {
+            "semaphore"
+        } else {
+            "other"
+        };
+        let labels = WaitLabels { kind };
+        metrics.waiting.get_or_create(&labels).inc();
+        Waiting {
+            metrics,
+            labels,
+            since: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.metrics.waiting.get_or_create(&self.labels).dec();
+        self.metrics
+            .wait_duration
+            .get_or_create(&self.labels)
+            .observe(self.since.elapsed().as_secs_f64());
     }
 }
 
@@ -423,7 +493,9 @@ impl Backend for MeteredBackend {
         result
     }
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        let waiting = Waiting::begin(&self.metrics, partition);
         let result = self.inner.wait(partition, after, timeout_ms).await;
+        drop(waiting);
         self.count("wait", partition, &result, |_| None);
         result
     }
@@ -437,10 +509,12 @@ impl Backend for MeteredBackend {
         after: u64,
         timeout_ms: u64,
     ) -> Result<WriteReply, StoreError> {
+        let waiting = Waiting::begin(&self.metrics, partition);
         let result = self
             .inner
             .wait_then_put(partition, key, value, ttl_ms, condition, after, timeout_ms)
             .await;
+        drop(waiting);
         self.count("wait-then-put", partition, &result, |r| {
             attempt(r, condition)
         });

@@ -408,3 +408,68 @@ async fn a_replica_mismatch_is_shown_by_readyz_and_the_metrics() {
     assert_eq!(warnings, Some(1.0), "{text}");
     drop((first, second));
 }
+
+/// A sample's value read off the text, for the histogram lines the parser
+/// folds into one value (`name` with its labels, as printed).
+fn sample(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name_and_labels)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Requests waiting on a held lock are counted by `coord_waiting` while
+/// they wait, three at once, and each wait is timed once it ends: by the
+/// lock's release, or by the request's deadline cutting it (a cut waiter
+/// must not stay counted for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_on_a_lock_are_counted_while_they_last_and_timed_when_they_end() {
+    let waiting = |text: &str| sample(text, "coord_waiting{kind=\"lock\"}");
+    let waits = |text: &str| sample(text, "coord_wait_duration_seconds_count{kind=\"lock\"}");
+    let port = free_port();
+    let serve = Serve::start(&["--admin", &format!("127.0.0.1:{port}")]);
+    let held = serve
+        .call("POST", "/items/w/lock?ttl_ms=60000", None, "")
+        .await;
+    assert_eq!(held.status, 200, "{}", held.json);
+    const WAIT: &str = "/items/w/adjust?delta=1&wait_ms=30000";
+    let waiter = || serve.call("POST", WAIT, None, "");
+    let release = async {
+        // Until all three wait (bounded by the tests' watchdog, not by how
+        // fast a busy machine gets them there).
+        common::bounded(async {
+            while waiting(&admin(port, "/metrics").await.1) != 3.0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        let lock = held.json.to_string();
+        serve.call("DELETE", "/items/w/lock", None, &lock).await
+    };
+    let (a, b, c, released) = tokio::join!(waiter(), waiter(), waiter(), release);
+    assert_eq!(released.json["released"], true, "{}", released.json);
+    for reply in [a, b, c] {
+        assert_eq!(reply.status, 200, "each waiter in turn: {}", reply.json);
+    }
+    let text = admin(port, "/metrics").await.1;
+    assert_eq!(waiting(&text), 0.0, "{text}");
+    assert!(waits(&text) >= 3.0, "each waiter's wait timed:\n{text}");
+    drop(serve);
+
+    // A waiter cut by its deadline while it waits.
+    let port = free_port();
+    let serve = Serve::start(&[
+        "--admin",
+        &format!("127.0.0.1:{port}"),
+        "--deadline-ms",
+        "1000",
+    ]);
+    let held = serve
+        .call("POST", "/items/w/lock?ttl_ms=60000", None, "")
+        .await;
+    assert_eq!(held.status, 200, "{}", held.json);
+    let cut = serve.call("POST", WAIT, None, "").await;
+    assert_eq!(cut.status, 504, "{}", cut.json);
+    let text = admin(port, "/metrics").await.1;
+    assert_eq!(waiting(&text), 0.0, "the cut waiter still counted:\n{text}");
+    assert!(waits(&text) >= 1.0, "the cut wait timed:\n{text}");
+}
