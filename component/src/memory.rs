@@ -41,6 +41,10 @@ pub struct Partition {
     /// reads one finer than its milliseconds: revisions are floored at it.
     /// Not part of the snapshot; it holds for the call that set it.
     clock_us: u64,
+    /// Live entries the store keeps outside this value, for a store that
+    /// loads only the entries a call touches ([`Partition::count_outside`]).
+    /// Not part of the snapshot.
+    outside: usize,
 }
 
 impl Partition {
@@ -56,6 +60,7 @@ impl Partition {
             complete_after: 0,
             meters: BTreeMap::new(),
             clock_us: 0,
+            outside: 0,
         }
     }
 
@@ -161,6 +166,42 @@ impl Partition {
     /// write before it.
     pub fn floor_at_micros(&mut self, clock_us: u64) {
         self.clock_us = clock_us;
+    }
+
+    /// Put an entry the store kept elsewhere back into this partition as it
+    /// was stored: no new revision, no change in the feed. For a store that
+    /// keeps a partition's entries apart (a row each) and loads only those
+    /// a call touches; an entry already here is replaced.
+    pub fn adopt(&mut self, entry: Entry) {
+        self.unindex(&entry.key);
+        if let Some(at) = entry.expires_at {
+            self.expiries.insert((at, entry.key.clone()));
+        }
+        self.entries.insert(entry.key.clone(), entry);
+    }
+
+    /// Take every entry out of this partition (to store each apart), in
+    /// key order; what remains is the revision, the feed and the meters.
+    pub fn take_entries(&mut self) -> BTreeMap<String, Entry> {
+        self.expiries.clear();
+        std::mem::take(&mut self.entries)
+    }
+
+    /// How many live entries the store keeps outside this partition's
+    /// value for the call at hand: counted by `absent-and-fewer-than` as if
+    /// they were here. A store that loads only some entries of a partition
+    /// ([`Partition::adopt`]) says how many others are live, having loaded
+    /// every entry due to expire by the call's now and the one that
+    /// expires first after it, so that expiry and the conflict's holder
+    /// are decided as on the whole partition. Not part of the snapshot.
+    pub fn count_outside(&mut self, live: usize) {
+        self.outside = live;
+    }
+
+    /// How many live entries the partition holds, this value's and
+    /// [`Partition::count_outside`]'s together.
+    pub fn live_count(&self) -> usize {
+        self.entries.len() + self.outside
     }
 
     /// Expire every entry whose TTL has run out by `now`, recording an
@@ -296,7 +337,7 @@ impl Partition {
                 e.revision == *revision && e.value == *value
             }
             (Condition::AbsentAndFewerThan(limit), None) => {
-                if self.entries.len() < *limit as usize {
+                if self.live_count() < *limit as usize {
                     return None;
                 }
                 return Some(Outcome::Conflict(self.first_to_expire()));

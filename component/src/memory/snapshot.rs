@@ -125,6 +125,7 @@ impl Partition {
             complete_after,
             meters,
             clock_us: 0,
+            outside: 0,
         })
     }
 }

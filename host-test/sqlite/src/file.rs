@@ -82,6 +82,8 @@ pub(super) fn connect(config: &SqliteConfig) -> Result<Connection, StoreError> {
             )));
         }
     }
+    // `coord_entries` holds the entries of the partitions that may hold
+    // many, a row each (`rows.rs`).
     // `coord_probe` holds one row that the readiness probe rewrites: a
     // real write, so a file that takes no write is never called ready.
     connection
@@ -95,6 +97,17 @@ pub(super) fn connect(config: &SqliteConfig) -> Result<Connection, StoreError> {
              );
              CREATE INDEX IF NOT EXISTS coord_partitions_collect_at
                ON coord_partitions (collect_at);
+             CREATE TABLE IF NOT EXISTS coord_entries (
+               partition BLOB NOT NULL,
+               key BLOB NOT NULL,
+               value BLOB NOT NULL,
+               revision INTEGER NOT NULL,
+               updated_at INTEGER NOT NULL,
+               expires_at INTEGER,
+               PRIMARY KEY (partition, key)
+             ) WITHOUT ROWID;
+             CREATE INDEX IF NOT EXISTS coord_entries_expiry
+               ON coord_entries (partition, expires_at, key);
              CREATE TABLE IF NOT EXISTS coord_probe (
                id INTEGER PRIMARY KEY,
                probed_at INTEGER NOT NULL

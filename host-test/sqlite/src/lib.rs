@@ -9,7 +9,10 @@
 //! feed, meters — as the snapshot `coord_component::memory::Partition`
 //! reads and writes (the state machine the memory, NATS and PostgreSQL
 //! backends run, so the semantics are the same by construction), and the
-//! store time it was last decided at.
+//! store time it was last decided at. A partition that may hold many
+//! entries (a semaphore's permits) keeps each entry as a row of a second
+//! table, `coord_entries`, so that a call reads and writes only the
+//! entries it touches (`rows.rs`).
 //!
 //! **Every call is one transaction**, `BEGIN IMMEDIATE` to `COMMIT`: read
 //! the row, decide, write it back if anything changed. SQLite lets one
@@ -56,6 +59,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 mod file;
+mod rows;
 mod store;
 mod transact;
 
@@ -446,9 +450,19 @@ async fn collect(calls: Calls, shared: Arc<Shared>) {
         tokio::time::sleep(shared.config.collect_every).await;
         let deleted = run(&calls, &shared, |shared, connection| {
             let now = i64::try_from(shared.now_us() / 1000).unwrap_or(i64::MAX);
-            connection
+            // A partition's entry rows go with it, in one transaction.
+            let tx = connection.transaction().map_err(unavailable)?;
+            tx.execute(
+                "DELETE FROM coord_entries WHERE partition IN \
+                 (SELECT name FROM coord_partitions WHERE collect_at < ?1)",
+                [now],
+            )
+            .map_err(unavailable)?;
+            let deleted = tx
                 .execute("DELETE FROM coord_partitions WHERE collect_at < ?1", [now])
-                .map_err(unavailable)
+                .map_err(unavailable)?;
+            tx.commit().map_err(unavailable)?;
+            Ok(deleted)
         })
         .await;
         if let Err(e) = deleted {

@@ -11,6 +11,7 @@ use coord_host::backend::partitioned::{Answer, Operation, PartitionStore};
 use coord_host::backend::{Millis, StoreError};
 use coord_host::clock::Clock;
 
+use super::rows::Touches;
 use super::{SqliteBackend, unavailable};
 
 #[async_trait]
@@ -36,8 +37,16 @@ impl PartitionStore for SqliteBackend {
         partition: &str,
         operation: Operation<'_>,
     ) -> Result<(Answer, Millis), StoreError> {
+        let touches = match &operation {
+            Operation::Get { key }
+            | Operation::Put { key, .. }
+            | Operation::Delete { key, .. }
+            | Operation::Touch { key, .. } => Touches::Key(key.to_string()),
+            Operation::List { prefix } => Touches::Prefix(prefix.to_string()),
+            Operation::Changes { .. } | Operation::Meter { .. } => Touches::Nothing,
+        };
         let operation = operation.into_owned();
-        self.transact(partition, move |p, now| operation.apply(p, now))
+        self.transact(partition, touches, move |p, now| operation.apply(p, now))
             .await
     }
 
@@ -53,7 +62,9 @@ impl PartitionStore for SqliteBackend {
         loop {
             // A check records due expiries, so an expiry is a new revision.
             let ((revision, next_expiry), now) = self
-                .transact(partition, |p, _| (p.revision(), p.next_expiry()))
+                .transact(partition, Touches::Nothing, |p, _| {
+                    (p.revision(), p.next_expiry())
+                })
                 .await?;
             let deadline = *deadline.get_or_insert(now.saturating_add(timeout_ms));
             if revision > after || now >= deadline {

@@ -1,11 +1,15 @@
 //! One partition in SQLite: one transaction reads its row, decides with the
-//! in-memory state machine, and writes the row back if anything changed.
+//! in-memory state machine, and writes the row back if anything changed. A
+//! partition that may hold many entries keeps them as rows apart
+//! (`rows.rs`): the call loads the ones it needs and writes back those it
+//! changed.
 
-use coord_component::keys::is_unwatched;
+use coord_component::keys::{is_unwatched, may_hold_many};
 use coord_component::memory::Partition;
 use coord_host::backend::StoreError;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
+use super::rows::{self, Touches};
 use super::{Shared, SqliteBackend, unavailable};
 
 /// The most bytes of feed a row carries beyond its live entries (every
@@ -21,17 +25,20 @@ fn column(ms: u64) -> i64 {
 impl SqliteBackend {
     /// Run `decide` on the partition at the store's now, after recording
     /// due expiries, in one transaction that writes the result back if it
-    /// changed anything. Returns `decide`'s answer and the store's now;
-    /// wakes this process's waiters when the revision moved.
+    /// changed anything. `decide` sees the entries `touches` names (and, in
+    /// a partition of many, those that decide expiry and conflicts; in any
+    /// other, all). Returns `decide`'s answer and the store's now; wakes
+    /// this process's waiters when the revision moved.
     pub(super) async fn transact<T: Send + 'static>(
         &self,
         name: &str,
+        touches: Touches,
         decide: impl FnOnce(&mut Partition, u64) -> T + Send + 'static,
     ) -> Result<(T, u64), StoreError> {
         let owned = name.to_string();
         let (answer, now, announce) = self
             .with_connection(move |shared, connection| {
-                shared.in_transaction(connection, &owned, decide)
+                shared.in_transaction(connection, &owned, &touches, decide)
             })
             .await?;
         if let Some(revision) = announce {
@@ -48,8 +55,10 @@ impl Shared {
         &self,
         connection: &mut Connection,
         name: &str,
+        touches: &Touches,
         decide: impl FnOnce(&mut Partition, u64) -> T,
     ) -> Result<(T, u64, Option<u64>), StoreError> {
+        let many = may_hold_many(name);
         let tx = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(unavailable)?;
@@ -63,13 +72,15 @@ impl Shared {
             .map_err(unavailable)?;
         let clock_us = self.now_us();
         let clock = clock_us / 1000;
-        let (mut partition, before, now) = match row {
+        let (mut partition, before, now, rows) = match row {
             Some((state, decided_at)) => {
-                let partition = Partition::decode(&state).map_err(|e| {
+                let split = if many { rows::split(&state)? } else { None };
+                let (rows, snapshot) = split.unwrap_or((0, &state[..]));
+                let partition = Partition::decode(snapshot).map_err(|e| {
                     unavailable(format!("the row of {name:?} is not a coord partition: {e}"))
                 })?;
                 let decided_at = u64::try_from(decided_at).unwrap_or(0);
-                (partition, Some(state), clock.max(decided_at))
+                (partition, Some(state), clock.max(decided_at), rows)
             }
             None => {
                 // An unwatched partition's feed is never read: keep one
@@ -79,24 +90,49 @@ impl Shared {
                 } else {
                     self.config.history
                 };
-                (Partition::new(history), None, clock)
+                (Partition::new(history), None, clock, 0)
             }
         };
         let revision = partition.revision();
         partition.floor_at_micros(clock_us);
+        let loaded = if many {
+            Some(rows::load(&tx, name, now, touches, rows, &mut partition)?)
+        } else {
+            None
+        };
         partition.sweep(now);
         let answer = decide(&mut partition, now);
-        let changed = match &before {
-            Some(before) => partition.encode() != *before,
-            None => partition.revision() > 0 || !partition.is_empty(),
+        let (state, rows_written) = match &loaded {
+            Some(loaded) => {
+                let (rows, written) = rows::store(&tx, name, loaded, &mut partition)?;
+                (rows::join(rows, &partition.encode()), written)
+            }
+            None => (partition.encode(), false),
         };
+        let changed = rows_written
+            || match &before {
+                Some(before) => state != *before,
+                None => partition.revision() > 0 || !partition.is_empty(),
+            };
         if !changed {
             // Nothing written: the transaction ends as it began.
             drop(tx);
             return Ok((answer, now, None));
         }
-        partition.trim_feed_to_bytes(FEED_BYTES.max(partition.live_bytes()));
-        let collect_at = partition.lives_until().map(|lives_until| {
+        // A partition of many is unwatched (a semaphore's): its feed keeps
+        // one change, with nothing to trim.
+        let state = if many {
+            state
+        } else {
+            partition.trim_feed_to_bytes(FEED_BYTES.max(partition.live_bytes()));
+            partition.encode()
+        };
+        let lives_until = match many {
+            true => rows::lives_until(&tx, name)?
+                .and_then(|rows_until| partition.lives_until().map(|own| own.max(rows_until))),
+            false => partition.lives_until(),
+        };
+        let collect_at = lives_until.map(|lives_until| {
             let retention = if partition.revision() > 0 {
                 self.config.retention_ms
             } else {
@@ -107,7 +143,7 @@ impl Shared {
         tx.execute(
             "INSERT OR REPLACE INTO coord_partitions (name, decided_at, state, collect_at) \
              VALUES (?1, ?2, ?3, ?4)",
-            rusqlite::params![name.as_bytes(), column(now), partition.encode(), collect_at],
+            rusqlite::params![name.as_bytes(), column(now), state, collect_at],
         )
         .map_err(unavailable)?;
         tx.commit().map_err(unavailable)?;

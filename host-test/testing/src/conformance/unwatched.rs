@@ -2,78 +2,86 @@
 //! any bytes, and waits woken by writes and expiry.
 
 use super::{conflict, put};
-use crate::{Harness, T0, applied};
+use crate::{Harness, applied};
 use coord_host::backend::*;
 
-/// An unwatched partition (a name beginning with `~`, as a lock's and a
-/// lease's are) answers every call as a watched one does, but `changes`,
+/// An unwatched partition (a name beginning with `~`, as a lock's, a
+/// lease's and a semaphore's are) answers every call as a watched one does, but `changes`,
 /// which fails with `invalid` naming the partition.
 pub async fn an_unwatched_partition_keeps_every_guarantee_but_the_feed(h: Harness) {
-    let p = "~lock:1:a:b";
-    let a = applied(put(&h, p, "holder", "a", Some(1000), Condition::Absent).await);
-    assert_eq!(
-        conflict(put(&h, p, "holder", "b", Some(1000), Condition::Absent).await),
-        Some(a.clone()),
-        "create-if-absent is exclusive and the conflict reports the holder"
-    );
-    // Guarded by revision and value: a stale guard changes nothing.
-    let stale = Condition::RevisionAndValue(Guard {
-        revision: a.revision,
-        value: b"b".to_vec(),
-    });
-    assert_eq!(
-        conflict(h.backend.touch(p, "holder", 5000, &stale).await.unwrap()),
-        Some(a.clone())
-    );
-    assert_eq!(
-        conflict(h.backend.delete(p, "holder", &stale).await.unwrap()),
-        Some(a.clone())
-    );
-    let guard = Condition::RevisionAndValue(Guard {
-        revision: a.revision,
-        value: b"a".to_vec(),
-    });
-    h.advance(400);
-    let touched = applied(h.backend.touch(p, "holder", 1000, &guard).await.unwrap());
-    assert_eq!(
-        (touched.revision, touched.expires_at),
-        (a.revision, Some(T0 + 1400)),
-        "a touch renews the TTL and keeps the revision (the fence)"
-    );
-    let other = applied(put(&h, p, "other", "o", None, Condition::Always).await);
-    assert!(other.revision > a.revision);
-    let listing = h.backend.list(p, "").await.unwrap();
-    assert_eq!(listing.entries, vec![touched.clone(), other.clone()]);
-    assert_eq!(listing.revision, other.revision);
-    assert_eq!(
-        h.backend.list(p, "o").await.unwrap().entries,
-        vec![other.clone()]
-    );
+    // A lock's partition, and a semaphore's, which some stores keep in
+    // another layout (a hash on Redis, a row per entry on SQLite).
+    for (round, p) in ["~lock:1:a:b", "~sem:1:a:b"].into_iter().enumerate() {
+        if round > 0 {
+            // Past every expiry of the round before: the clock starts anew.
+            h.advance(10_000);
+        }
+        let t0 = h.backend.now().await.unwrap();
+        let a = applied(put(&h, p, "holder", "a", Some(1000), Condition::Absent).await);
+        assert_eq!(
+            conflict(put(&h, p, "holder", "b", Some(1000), Condition::Absent).await),
+            Some(a.clone()),
+            "create-if-absent is exclusive and the conflict reports the holder"
+        );
+        // Guarded by revision and value: a stale guard changes nothing.
+        let stale = Condition::RevisionAndValue(Guard {
+            revision: a.revision,
+            value: b"b".to_vec(),
+        });
+        assert_eq!(
+            conflict(h.backend.touch(p, "holder", 5000, &stale).await.unwrap()),
+            Some(a.clone())
+        );
+        assert_eq!(
+            conflict(h.backend.delete(p, "holder", &stale).await.unwrap()),
+            Some(a.clone())
+        );
+        let guard = Condition::RevisionAndValue(Guard {
+            revision: a.revision,
+            value: b"a".to_vec(),
+        });
+        h.advance(400);
+        let touched = applied(h.backend.touch(p, "holder", 1000, &guard).await.unwrap());
+        assert_eq!(
+            (touched.revision, touched.expires_at),
+            (a.revision, Some(t0 + 1400)),
+            "a touch renews the TTL and keeps the revision (the fence)"
+        );
+        let other = applied(put(&h, p, "other", "o", None, Condition::Always).await);
+        assert!(other.revision > a.revision);
+        let listing = h.backend.list(p, "").await.unwrap();
+        assert_eq!(listing.entries, vec![touched.clone(), other.clone()]);
+        assert_eq!(listing.revision, other.revision);
+        assert_eq!(
+            h.backend.list(p, "o").await.unwrap().entries,
+            vec![other.clone()]
+        );
 
-    // Expiry: invisible, the key free again, and a revision of its own.
-    h.advance(1000);
-    assert_eq!(h.backend.get(p, "holder").await.unwrap().entry, None);
-    let after_expiry = h.backend.list(p, "").await.unwrap();
-    assert_eq!(after_expiry.entries, vec![other.clone()]);
-    assert!(
-        after_expiry.revision > other.revision,
-        "the expiry took a revision"
-    );
-    let b = applied(put(&h, p, "holder", "b", Some(1000), Condition::Absent).await);
-    assert!(b.revision > after_expiry.revision);
-    let gone = applied(
-        h.backend
-            .delete(p, "holder", &Condition::Revision(b.revision))
-            .await
-            .unwrap(),
-    );
-    assert_eq!(gone, b);
-    let c = applied(put(&h, p, "holder", "c", Some(1000), Condition::Absent).await);
-    assert!(c.revision > b.revision, "the delete took a revision too");
+        // Expiry: invisible, the key free again, and a revision of its own.
+        h.advance(1000);
+        assert_eq!(h.backend.get(p, "holder").await.unwrap().entry, None);
+        let after_expiry = h.backend.list(p, "").await.unwrap();
+        assert_eq!(after_expiry.entries, vec![other.clone()]);
+        assert!(
+            after_expiry.revision > other.revision,
+            "the expiry took a revision"
+        );
+        let b = applied(put(&h, p, "holder", "b", Some(1000), Condition::Absent).await);
+        assert!(b.revision > after_expiry.revision);
+        let gone = applied(
+            h.backend
+                .delete(p, "holder", &Condition::Revision(b.revision))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(gone, b);
+        let c = applied(put(&h, p, "holder", "c", Some(1000), Condition::Absent).await);
+        assert!(c.revision > b.revision, "the delete took a revision too");
 
-    match h.backend.changes(p, 0, 10).await {
-        Err(StoreError::Invalid(why)) => assert!(why.contains(p), "{why}"),
-        other => panic!("expected invalid for the feed of {p}, got {other:?}"),
+        match h.backend.changes(p, 0, 10).await {
+            Err(StoreError::Invalid(why)) => assert!(why.contains(p), "{why}"),
+            other => panic!("expected invalid for the feed of {p}, got {other:?}"),
+        }
     }
 }
 

@@ -41,6 +41,7 @@ mod redis;
 mod redis_cluster;
 mod sqlite;
 mod sqlite_faults;
+mod sqlite_rows;
 
 // Safety under contention and faults.
 mod fault_run;
