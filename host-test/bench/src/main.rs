@@ -97,7 +97,9 @@ struct Cli {
     #[arg(long, value_name = "PATH")]
     sqlite: Option<std::path::PathBuf>,
     /// Only the semaphore's permit pair beside the lock pair, in memory
-    /// and on Redis, at one task and at 64.
+    /// and on Redis, at one task and at 64; then the permit pair's store
+    /// calls beside 0, 1 000 and 10 000 permits held, in memory, on Redis,
+    /// SQLite and PostgreSQL (--postgres).
     #[arg(long)]
     semaphore: bool,
     /// A tenth of the samples.
@@ -251,7 +253,8 @@ async fn main() -> wasmtime::Result<()> {
             .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?,
     );
     if cli.semaphore {
-        return ops::semaphore_beside_lock(memory, redis, effort).await;
+        ops::semaphore_beside_lock(memory.clone(), redis.clone(), effort).await?;
+        return semaphore_stores(&cli, memory, redis, effort).await;
     }
 
     instance_costs()?;
@@ -289,6 +292,78 @@ async fn main() -> wasmtime::Result<()> {
     Ok(())
 }
 
+/// `--semaphore`, second part: the permit pair beside permits held, in
+/// memory, on Redis, on a SQLite file and on PostgreSQL (whose semaphore
+/// is still one value: filled to 1 000 only).
+async fn semaphore_stores(
+    cli: &Cli,
+    memory: Arc<dyn Backend>,
+    redis: Arc<RedisBackend>,
+    effort: Effort,
+) -> wasmtime::Result<()> {
+    let id = std::process::id();
+    let path = std::env::temp_dir().join(format!("coordbench-{id}.sqlite"));
+    let sqlite = SqliteBackend::open(SqliteConfig::new(Some(path.clone())))
+        .await
+        .map_err(|e| wasmtime::format_err!("SQLite at {}: {e:?}", path.display()))?;
+    let (postgres, _, table, pool) = connect_postgres(cli).await?;
+    let result = ops::permits_held(
+        vec![
+            ("in memory", memory, 10_000),
+            ("Redis", redis, 10_000),
+            ("SQLite (file)", Arc::new(sqlite), 10_000),
+            ("PostgreSQL", Arc::new(postgres), 1_000),
+        ],
+        effort.reps,
+    )
+    .await;
+    drop_bench_table(&pool, &table).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.clone().into_os_string();
+        file.push(suffix);
+        let _ = std::fs::remove_file(file);
+    }
+    result
+}
+
+/// A backend on the PostgreSQL server to measure (--postgres, else
+/// $POSTGRES_URL, else the local one) with a table of this run's, the
+/// server's URL, the table, and a pool for the references (and for
+/// [`drop_bench_table`]).
+async fn connect_postgres(
+    cli: &Cli,
+) -> wasmtime::Result<(PostgresBackend, String, String, deadpool_postgres::Pool)> {
+    let pg_url = cli.postgres.clone().unwrap_or_else(|| {
+        std::env::var("POSTGRES_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    });
+    let pg_config = PostgresConfig {
+        table: format!("coordbench_{}_partitions", std::process::id()),
+        ..PostgresConfig::new(&pg_url)
+    };
+    let table = pg_config.table.clone();
+    let pool = reference_pool(&pg_url, pg_config.pool_size)?;
+    let postgres = PostgresBackend::connect(pg_config)
+        .await
+        .map_err(|e| wasmtime::format_err!("PostgreSQL at {pg_url}: {e:?}"))?;
+    Ok((postgres, pg_url, table, pool))
+}
+
+/// Remove what a run's PostgreSQL backend made.
+async fn drop_bench_table(pool: &deadpool_postgres::Pool, table: &str) {
+    if let Ok(client) = pool.get().await {
+        let _ = client
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS {table}, {table}_settings; \
+                     DROP SEQUENCE IF EXISTS {table}_versions; \
+                     DROP FUNCTION IF EXISTS {table}_write_v1;"
+            ))
+            .await;
+    }
+}
+
 /// `--sql`: connect to the three stores and the reference pool, compare,
 /// and remove what the run made.
 async fn sql_stores(cli: &Cli, redis_url: &str, effort: Effort) -> wasmtime::Result<()> {
@@ -300,21 +375,7 @@ async fn sql_stores(cli: &Cli, redis_url: &str, effort: Effort) -> wasmtime::Res
     let redis = RedisBackend::connect(redis_config)
         .await
         .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
-    let pg_url = cli.postgres.clone().unwrap_or_else(|| {
-        std::env::var("POSTGRES_URL")
-            .ok()
-            .filter(|url| !url.trim().is_empty())
-            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into())
-    });
-    let pg_config = PostgresConfig {
-        table: format!("coordbench_{id}_partitions"),
-        ..PostgresConfig::new(&pg_url)
-    };
-    let table = pg_config.table.clone();
-    let pool = reference_pool(&pg_url, pg_config.pool_size)?;
-    let postgres = PostgresBackend::connect(pg_config)
-        .await
-        .map_err(|e| wasmtime::format_err!("PostgreSQL at {pg_url}: {e:?}"))?;
+    let (postgres, pg_url, table, pool) = connect_postgres(cli).await?;
     let (path, made_here) = match &cli.sqlite {
         Some(path) => (path.clone(), false),
         None => (
@@ -360,15 +421,7 @@ async fn sql_stores(cli: &Cli, redis_url: &str, effort: Effort) -> wasmtime::Res
         effort,
     )
     .await;
-    if let Ok(client) = pool.get().await {
-        let _ = client
-            .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {table}, {table}_settings; \
-                     DROP SEQUENCE IF EXISTS {table}_versions; \
-                     DROP FUNCTION IF EXISTS {table}_write_v1;"
-            ))
-            .await;
-    }
+    drop_bench_table(&pool, &table).await;
     if made_here {
         for suffix in ["", "-wal", "-shm"] {
             let mut file = path.clone().into_os_string();

@@ -210,7 +210,7 @@ async fn native_op(op: Op, b: &dyn Backend, n: &str) -> wasmtime::Result<()> {
 mod concurrency;
 mod handoff;
 mod semaphore;
-pub use semaphore::semaphore_beside_lock;
+pub use semaphore::{permits_held, semaphore_beside_lock};
 mod per_operation;
 mod profile;
 mod tasks;

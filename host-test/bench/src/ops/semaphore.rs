@@ -12,7 +12,7 @@ use coord_redis::RedisBackend;
 use super::per_operation::time_op;
 use super::{NativeStep, Op, Rounds, component_rate, run_tasks};
 use crate::Effort;
-use crate::measure::fmt_us;
+use crate::measure::{Stats, failed, fmt_us};
 
 /// The permit pair and the lock pair on `memory` and on `redis`.
 pub async fn semaphore_beside_lock(
@@ -69,5 +69,91 @@ pub async fn semaphore_beside_lock(
         }
         println!();
     }
+    Ok(())
+}
+
+/// How many permits are held beside the measured pair.
+const HELD: [usize; 3] = [0, 1_000, 10_000];
+
+/// The permit pair's store calls (issue 50) beside 0, 1 000 and 10 000
+/// permits held in the same semaphore, on each store: the `put` under
+/// `absent-and-fewer-than` an acquire sends and the guarded `delete` a
+/// release sends, straight on the backend (the component caps a limit at
+/// 1 000; this is what a call costs the store, which the component does
+/// not change). The sizes take turns, a fifth of the pairs at a time, so
+/// that drift in the machine falls on each alike. A store is filled only
+/// up to its `max_held`.
+pub async fn permits_held(
+    stores: Vec<(&str, Arc<dyn Backend>, usize)>,
+    reps: usize,
+) -> wasmtime::Result<()> {
+    use coord_host::backend::{Condition, Outcome};
+    const ROUNDS: usize = 5;
+    const LIMIT: u32 = 20_000;
+    println!("Permit pair (put under absent-and-fewer-than + guarded delete) beside permits held");
+    println!(
+        "  {:<20} {:>8} {:>10} {:>10} {:>8}",
+        "store", "held", "p50 µs", "p99 µs", "÷ at 0"
+    );
+    for (label, backend, max_held) in stores {
+        let sizes: Vec<usize> = HELD.into_iter().filter(|&n| n <= max_held).collect();
+        let partition = |held: usize| {
+            coord_component::keys::semaphore_partition(
+                "bench.held",
+                &format!("{held}-{}", std::process::id()),
+            )
+        };
+        for &held in &sizes {
+            for k in 0..held {
+                backend
+                    .put(
+                        &partition(held),
+                        &format!("held-{k}"),
+                        b"1000",
+                        Some(600_000),
+                        &Condition::Always,
+                    )
+                    .await
+                    .map_err(|e| failed(&format!("{e:?}")))?;
+            }
+        }
+        let mut stats = vec![Stats::default(); sizes.len()];
+        for _ in 0..ROUNDS {
+            for (s, &held) in sizes.iter().enumerate() {
+                let p = partition(held);
+                for _ in 0..reps / ROUNDS {
+                    let started = std::time::Instant::now();
+                    let put = backend
+                        .put(
+                            &p,
+                            "probe",
+                            b"1000",
+                            Some(30_000),
+                            &Condition::AbsentAndFewerThan(LIMIT),
+                        )
+                        .await
+                        .map_err(|e| failed(&format!("{e:?}")))?;
+                    let Outcome::Applied(entry) = put.outcome else {
+                        return Err(failed("the probe permit was not granted"));
+                    };
+                    backend
+                        .delete(&p, "probe", &Condition::Revision(entry.revision))
+                        .await
+                        .map_err(|e| failed(&format!("{e:?}")))?;
+                    stats[s].push(started.elapsed());
+                }
+            }
+        }
+        let base = stats[0].median().as_secs_f64();
+        for (s, held) in sizes.iter().enumerate() {
+            println!(
+                "  {label:<20} {held:>8} {:>10} {:>10} {:>8.2}",
+                fmt_us(stats[s].median()),
+                fmt_us(stats[s].p99()),
+                stats[s].median().as_secs_f64() / base
+            );
+        }
+    }
+    println!();
     Ok(())
 }
