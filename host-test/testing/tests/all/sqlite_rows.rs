@@ -2,9 +2,10 @@
 //! semaphore's): a row per entry in `coord_entries`, so that the partition's
 //! own row, read and written by every call, does not grow with the permits
 //! held. What the layout must keep: the count and the holder a full
-//! semaphore names, expiry on the store's clock, a partition written before
-//! the layout, a process that predates it refused rather than misled, and
-//! collection of the rows with their partition. The contract itself is
+//! semaphore names, expiry on the store's clock, the limit across processes
+//! racing on one file, a partition written before the layout, a process
+//! that predates it refused rather than misled, and collection of the rows
+//! with their partition. The contract itself is
 //! checked on a semaphore's partition by the shared suites
 //! (`conformance::counted`, `conformance::unwatched`).
 
@@ -256,4 +257,45 @@ async fn a_semaphores_rows_are_collected_with_its_partition() {
     .await;
     assert_eq!(stored(&file.0, kept).0, 1);
     assert!(backend.get(kept, "a").await.unwrap().entry.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_on_one_file_never_grant_more_permits_than_the_limit() {
+    // Four processes on one file, five acquirers each, racing for a
+    // semaphore of 3 with its permits in rows: each round grants exactly 3
+    // (the semaphore starts empty), whoever wins.
+    const LIMIT: u32 = 3;
+    let file = File(sqlite_path());
+    let clock = Arc::new(ManualClock::new(T0));
+    let mut backends = Vec::new();
+    for _ in 0..4 {
+        backends.push(Arc::new(open(&file.0, &clock).await));
+    }
+    for round in 0..10 {
+        let partition = format!("~sem:1:r:{round}");
+        let tries = (0..20).map(|n| {
+            let backend = backends[n % backends.len()].clone();
+            let partition = partition.clone();
+            tokio::spawn(async move {
+                backend
+                    .put(
+                        &partition,
+                        &format!("owner-{n}"),
+                        b"3",
+                        Some(60_000),
+                        &fewer_than(LIMIT),
+                    )
+                    .await
+                    .unwrap()
+            })
+        });
+        let mut granted = 0;
+        for reply in futures_util::future::join_all(tries).await {
+            if matches!(reply.unwrap().outcome, Outcome::Applied(_)) {
+                granted += 1;
+            }
+        }
+        assert_eq!(granted, LIMIT, "round {round}");
+        assert_eq!(stored(&file.0, &partition).0, u64::from(LIMIT));
+    }
 }

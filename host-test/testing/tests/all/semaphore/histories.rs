@@ -8,6 +8,7 @@ use crate::common::history;
 per_backend!(
     semaphore_histories_are_linearizable,
     semaphore_histories_with_every_release_refused_are_linearizable,
+    semaphore_histories_beside_many_held_permits_are_linearizable,
 );
 
 /// The semaphore as a sequential model. Every grant reports the store's
@@ -15,8 +16,12 @@ per_backend!(
 /// expires first with its remaining time, so the model knows when each
 /// happened: time never runs backwards, a grant needs fewer than its limit
 /// of live permits and a fence above every earlier one, and `busy` needs
-/// a full semaphore whose first expiry is the permit it names.
-struct SemaphoreModel;
+/// a full semaphore whose first expiry is the permit it names. It starts
+/// with the permits held before the history (fence, expiry), if any.
+#[derive(Default)]
+struct SemaphoreModel {
+    held_before: Vec<(u64, u64)>,
+}
 
 #[derive(Debug, Clone)]
 enum SemIn {
@@ -50,7 +55,8 @@ impl history::Model for SemaphoreModel {
     type Output = SemOut;
 
     fn init(&self) -> SemState {
-        (Vec::new(), 0, 0)
+        let highest = self.held_before.iter().map(|&(fence, _)| fence).max();
+        (self.held_before.clone(), highest.unwrap_or(0), 0)
     }
 
     fn step(
@@ -109,19 +115,34 @@ impl history::Model for SemaphoreModel {
 }
 
 async fn semaphore_histories_are_linearizable(h: Harness) {
-    record_and_check(h, false).await;
+    record_and_check(h, false, 0).await;
+}
+
+/// The same beside 200 permits held all along (each history's limit is
+/// 202): a store that keeps many permits apart (Redis's hash, SQLite's
+/// rows) must count and order them as if they were one value.
+async fn semaphore_histories_beside_many_held_permits_are_linearizable(h: Harness) {
+    record_and_check(h, false, 200).await;
 }
 
 /// The store refuses every delete (a partial outage): each release is
 /// `unavailable`, nothing is freed but by expiry, and still nobody gets a
 /// place the model does not have free.
 async fn semaphore_histories_with_every_release_refused_are_linearizable(h: Harness) {
-    record_and_check(h, true).await;
+    record_and_check(h, true, 0).await;
 }
 
-async fn record_and_check(h: Harness, deletes_down: bool) {
+/// Record 4 rounds of 5 clients, each round on a semaphore already holding
+/// `beside` permits that outlast it, under a limit of 2 more, and check
+/// each against the model.
+async fn record_and_check(h: Harness, deletes_down: bool, beside: usize) {
     const CLIENTS: u64 = 5;
-    const LIMIT: usize = 2;
+    let limit = beside + 2;
+    let mut filler = Runtime::new(h.backend.clone())
+        .unwrap()
+        .instantiate()
+        .await
+        .unwrap();
     let faulty = Arc::new(coord_testing::faulty::FaultyBackend::new(
         h.backend.clone(),
         5,
@@ -133,6 +154,19 @@ async fn record_and_check(h: Harness, deletes_down: bool) {
     // Busy answers: the full semaphore went untested without them.
     let busy = Arc::new(AtomicUsize::new(0));
     for round in 0..4u64 {
+        let resource = format!("hist-{round}");
+        // Held all along: a day's TTL, acquired before the history, past
+        // the faults.
+        let mut held_before = Vec::new();
+        for _ in 0..beside {
+            let options = AcquireOptions::new().ttl_ms(86_400_000).no_wait();
+            let AcquireOutcome::Acquired(permit) =
+                acquire(&mut filler, &resource, limit as u32, options).await
+            else {
+                panic!("a place is free for each permit held beside");
+            };
+            held_before.push((permit.fence, permit.expires_at));
+        }
         let recorder = Arc::new(history::Recorder::<SemIn, SemOut>::default());
         let mut tasks = Vec::new();
         for c in 0..CLIENTS {
@@ -144,16 +178,16 @@ async fn record_and_check(h: Harness, deletes_down: bool) {
                 refused.clone(),
             );
             let clock = h.clone_clock();
+            let resource = resource.clone();
             tasks.push(tokio::spawn(async move {
                 let mut i = runtime.instantiate().await.unwrap();
                 let mut rng = faults_rng(c * 17 + round + 3);
-                let resource = format!("hist-{round}");
                 for attempt in 0..6 {
                     let ttl = 5 + rng.below(30);
                     let options = AcquireOptions::new().ttl_ms(ttl).no_wait();
                     let t = recorder.invoke();
-                    let input = SemIn::Acquire { ttl, limit: LIMIT };
-                    match acquire(&mut i, &resource, LIMIT as u32, options).await {
+                    let input = SemIn::Acquire { ttl, limit };
+                    match acquire(&mut i, &resource, limit as u32, options).await {
                         AcquireOutcome::Acquired(permit) => {
                             let out = SemOut::Acquired {
                                 fence: permit.fence,
@@ -201,7 +235,7 @@ async fn record_and_check(h: Harness, deletes_down: bool) {
         }
         let history = Arc::try_unwrap(recorder).ok().unwrap().history();
         assert!(
-            history::linearizable(&SemaphoreModel, &history),
+            history::linearizable(&SemaphoreModel { held_before }, &history),
             "not linearizable: {history:#?}"
         );
     }
@@ -225,7 +259,7 @@ async fn record_and_check(h: Harness, deletes_down: bool) {
 #[test]
 fn the_semaphore_model_refuses_what_it_must() {
     use history::{Model, Op};
-    let m = SemaphoreModel;
+    let m = SemaphoreModel::default();
     let acquire = |ttl| SemIn::Acquire { ttl, limit: 2 };
     let granted = |fence, expires_at| SemOut::Acquired { fence, expires_at };
     let op = |n: u64, input, output| Op {
