@@ -355,11 +355,7 @@ async fn connect_postgres(
 async fn drop_bench_table(pool: &deadpool_postgres::Pool, table: &str) {
     if let Ok(client) = pool.get().await {
         let _ = client
-            .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {table}, {table}_settings; \
-                     DROP SEQUENCE IF EXISTS {table}_versions; \
-                     DROP FUNCTION IF EXISTS {table}_write_v1;"
-            ))
+            .batch_execute(&coord_postgres::drop_statements(table))
             .await;
     }
 }

@@ -21,6 +21,12 @@
 //! sequence, never from the row, so a row collected and made again cannot
 //! take a version a stale writer still holds.
 //!
+//! **A partition that may hold many entries** (a semaphore's permits) keeps
+//! each entry as a row of `<table>_entries` instead, beside its own row
+//! (`rows.rs`): a call reads the rows it needs by index and writes back the
+//! ones it changed, in the same compare-and-set on the partition's row, so
+//! its cost does not grow with the permits held.
+//!
 //! **Time** is the server's: every read also selects `clock_timestamp()` in
 //! milliseconds, and a partition's time never goes back (each row keeps
 //! the latest time it was decided at). Revisions are floored at the clock in
@@ -72,6 +78,7 @@ use tokio_postgres::NoTls;
 mod durability;
 mod listen;
 mod partition;
+mod rows;
 mod speculation;
 mod store;
 mod write_function;
@@ -199,6 +206,21 @@ impl Drop for PostgresBackend {
     }
 }
 
+/// The statements that remove everything a backend made for `table` in its
+/// database: the tables, the sequence and the write functions. For tests
+/// and benchmarks that made a table of their own.
+pub fn drop_statements(table: &str) -> String {
+    format!(
+        "DROP TABLE IF EXISTS {table}, {entries}, {table}_settings; \
+         DROP SEQUENCE IF EXISTS {table}_versions; \
+         DROP FUNCTION IF EXISTS {write}; \
+         DROP FUNCTION IF EXISTS {write_rows};",
+        entries = rows::entries(table),
+        write = write_function::name(table),
+        write_rows = rows::function_name(table),
+    )
+}
+
 /// A PostgreSQL failure, as the store contract's `unavailable`.
 fn unavailable(error: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("PostgreSQL: {error}"))
@@ -317,7 +339,9 @@ impl PostgresBackend {
                wait_until bigint
              ) WITH (fillfactor = 70);
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS wait_until bigint;
-             CREATE INDEX IF NOT EXISTS {t}_collect_at ON {t} (collect_at);"
+             CREATE INDEX IF NOT EXISTS {t}_collect_at ON {t} (collect_at);
+             {entries}",
+            entries = rows::create_table(t),
         );
         for attempt in 0..3 {
             let client = self.client().await?;
@@ -332,10 +356,11 @@ impl PostgresBackend {
         Ok(())
     }
 
-    /// Run `sql` (the table's statements), then make the write function
-    /// (`write_function.rs`) if the database has none by its name and
-    /// signature. Two backends making it at once collide on its name; the
-    /// caller tries again and finds it made.
+    /// Run `sql` (the table's statements), then make the write functions
+    /// (`write_function.rs`, and `rows.rs`'s for partitions of many) that
+    /// the database has none of by name and signature. Two backends making
+    /// one at once collide on its name; the caller tries again and finds it
+    /// made.
     async fn make_write_function(
         &self,
         client: &deadpool_postgres::Object,
@@ -343,15 +368,23 @@ impl PostgresBackend {
     ) -> Result<(), tokio_postgres::Error> {
         client.batch_execute(sql).await?;
         let table = &self.config.table;
-        let signature = write_function::signature(table);
-        let found = client
-            .query_typed(
-                "SELECT to_regprocedure($1) IS NOT NULL",
-                &[(&signature, tokio_postgres::types::Type::TEXT)],
-            )
-            .await?;
-        if !found.first().is_some_and(|row| row.get::<_, bool>(0)) {
-            client.batch_execute(&write_function::create(table)).await?;
+        let functions = [
+            (
+                write_function::signature(table),
+                write_function::create(table),
+            ),
+            (rows::signature(table), rows::create_function(table)),
+        ];
+        for (signature, create) in functions {
+            let found = client
+                .query_typed(
+                    "SELECT to_regprocedure($1) IS NOT NULL",
+                    &[(&signature, tokio_postgres::types::Type::TEXT)],
+                )
+                .await?;
+            if !found.first().is_some_and(|row| row.get::<_, bool>(0)) {
+                client.batch_execute(&create).await?;
+            }
         }
         Ok(())
     }
@@ -433,9 +466,10 @@ impl Drop for Asleep<'_> {
     }
 }
 
-/// Delete the rows whose partitions may go, every `collect_every`.
+/// Delete the rows whose partitions may go, and their entry rows, every
+/// `collect_every`.
 async fn collect(pool: Pool, config: PostgresConfig) {
-    let sql = format!("DELETE FROM {} WHERE collect_at < $1", config.table);
+    let sql = rows::collect(&config.table);
     loop {
         tokio::time::sleep(config.collect_every).await;
         let now = match &config.test_clock {

@@ -9,15 +9,16 @@
 
 use std::time::Instant;
 
-use coord_component::keys::is_unwatched;
+use coord_component::keys::{is_unwatched, may_hold_many};
 use coord_component::memory::Partition;
 use coord_host::backend::StoreError;
+use coord_host::backend::rows::{self as layout, RowChanges, Touches};
 use deadpool_postgres::Pool;
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::speculation::Speculated;
-use super::{PostgresBackend, announced_name, refused, unavailable, write_function};
+use super::{PostgresBackend, announced_name, refused, rows, unavailable, write_function};
 
 /// The most bytes of feed a partition's row carries beyond its live
 /// entries: every write rewrites the whole row, so the feed is bounded in
@@ -26,7 +27,7 @@ pub const FEED_BYTES: usize = 16 * 1024;
 
 /// When a row may be collected is kept to this grain (ms): a row lives up
 /// to a minute past its time, and consecutive writes mostly keep the value.
-const COLLECT_GRAIN_MS: u64 = 60_000;
+pub(super) const COLLECT_GRAIN_MS: u64 = 60_000;
 
 /// The server's clock in microseconds, as every read selects it: the store
 /// time is its milliseconds, and revisions are floored at it.
@@ -37,13 +38,16 @@ pub(super) const CLOCK_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000
 
 /// A partition as read or written: its row's version, its state, its
 /// encoding (to tell whether a call changed it, and to check that the row
-/// is still exactly this) and the latest store time it was decided at.
+/// is still exactly this), the latest store time it was decided at and,
+/// for a partition of many read with its entry rows (`rows.rs`), those rows
+/// and how many it has.
 #[derive(Clone)]
 pub(super) struct Loaded {
     pub(super) version: i64,
     pub(super) partition: Partition,
     pub(super) encoded: Vec<u8>,
     pub(super) decided_at: u64,
+    pub(super) rows: Option<Box<(layout::Loaded, u64)>>,
 }
 
 /// The server's now, in ms.
@@ -129,21 +133,47 @@ impl PostgresBackend {
     }
 
     /// The partition's row, if it has one, and the server's clock in µs,
-    /// read through `client` (a pooled connection or a transaction).
+    /// read through `client` (a pooled connection or a transaction); for a
+    /// partition of many, with the entry rows a call touching `touches`
+    /// needs (`rows.rs`).
     async fn load(
         &self,
         client: &impl GenericClient,
         name: &str,
+        touches: &Touches,
     ) -> Result<(Option<Loaded>, u64), StoreError> {
+        let name_bytes = name.as_bytes();
+        self.trip();
+        let sent = Instant::now();
+        if may_hold_many(name) {
+            let (key, prefix) = rows::read_params(touches);
+            let test_now = self.test_now().map(column);
+            let rows = client
+                .query_typed(
+                    &rows::read(&self.config.table),
+                    &[
+                        (&name_bytes, Type::BYTEA),
+                        (&test_now, Type::INT8),
+                        (&key, Type::BYTEA),
+                        (&prefix, Type::BYTEA),
+                    ],
+                )
+                .await
+                .map_err(refused)?;
+            let row = rows
+                .first()
+                .ok_or_else(|| unavailable("no row in the reply"))?;
+            let clock_us = micros(row.try_get(0).map_err(unavailable)?)?;
+            self.seen.observe_clock(sent, clock_us);
+            return Ok((rows::loaded_of(name, row)?, clock_us));
+        }
         let sql = format!(
             "SELECT c.now_us, t.version, t.decided_at, t.state \
              FROM (SELECT {CLOCK_US} AS now_us) c LEFT JOIN {} t ON t.name = $1",
             self.config.table
         );
-        self.trip();
-        let sent = Instant::now();
         let rows = client
-            .query_typed(&sql, &[(&name.as_bytes(), Type::BYTEA)])
+            .query_typed(&sql, &[(&name_bytes, Type::BYTEA)])
             .await
             .map_err(refused)?;
         let row = rows
@@ -174,6 +204,13 @@ impl PostgresBackend {
         };
         let decided_at: i64 = row.try_get(first + 2).map_err(unavailable)?;
         let encoded: Vec<u8> = row.try_get(first + 3).map_err(unavailable)?;
+        // Read without its entry rows, a partition of many would seem to
+        // hold none: only `rows.rs` reads it.
+        if layout::split(&encoded)?.is_some() {
+            return Err(unavailable(format!(
+                "the row of {name:?} keeps its entries as rows, which this read lacks"
+            )));
+        }
         let partition = Partition::decode(&encoded).map_err(|e| {
             unavailable(format!("the row of {name:?} is not a coord partition: {e}"))
         })?;
@@ -182,6 +219,7 @@ impl PostgresBackend {
             partition,
             encoded,
             decided_at: u64::try_from(decided_at).unwrap_or(0),
+            rows: None,
         };
         self.seen.remember(name, &loaded);
         Ok((Some(loaded), clock_us))
@@ -263,7 +301,7 @@ impl PostgresBackend {
             Some(now) => (now, now.saturating_mul(1000)),
             None => (clock_us / 1000, clock_us),
         };
-        let (mut partition, was, now) = match loaded {
+        let (mut partition, was, now, rows) = match loaded {
             Some(l) => (
                 l.partition,
                 Some(Was {
@@ -272,6 +310,7 @@ impl PostgresBackend {
                     encoded: l.encoded,
                 }),
                 clock.max(l.decided_at),
+                l.rows.map(|rows| *rows),
             ),
             // An unwatched partition's feed is never read: keep one
             // change, not the history.
@@ -281,11 +320,15 @@ impl PostgresBackend {
                 } else {
                     self.config.history
                 };
-                (Partition::new(history), None, clock)
+                let rows = may_hold_many(name).then(|| (layout::Loaded::new(), 0));
+                (Partition::new(history), None, clock, rows)
             }
         };
         let revision = partition.revision();
         partition.floor_at_micros(clock_us);
+        if let Some((loaded, count)) = &rows {
+            layout::adopt(&mut partition, loaded, *count);
+        }
         partition.sweep(now);
         // The decision holds until the next live entry expires: past that
         // (on the server's clock), an entry it saw live is gone.
@@ -296,14 +339,21 @@ impl PostgresBackend {
                 .map_or(u64::MAX, |at| at.saturating_mul(1000)),
         };
         let answer = decide(&mut partition, now);
-        let changed = match &was {
-            Some(was) => partition.encode() != was.encoded,
-            None => partition.revision() > 0 || !partition.is_empty(),
-        };
+        // A partition of many: its entries go back as rows, apart.
+        let rows = rows.map(|(loaded, _)| layout::changes(&mut partition, &loaded));
+        let rows_changed = rows
+            .as_ref()
+            .is_some_and(|(_, changes)| !changes.is_empty());
+        let changed = rows_changed
+            || match &was {
+                Some(was) => state(&partition, rows.as_ref()) != was.encoded,
+                None => partition.revision() > 0 || !partition.is_empty(),
+            };
         let write = changed.then(|| Write {
             announce: (partition.revision() != revision).then(|| partition.revision()),
             partition,
             was,
+            rows,
         });
         Decided {
             answer,
@@ -349,7 +399,7 @@ impl PostgresBackend {
         let was_state = write.was.as_ref().map(|was| was.encoded.as_slice());
         let (at_least, before) = (column(at_least_us), column(before_us));
         let channel = self.channel();
-        let params: [(&(dyn ToSql + Sync), Type); 11] = [
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
             (&name_bytes, Type::BYTEA),
             (&decided_at, Type::INT8),
             (&state, Type::BYTEA),
@@ -362,24 +412,56 @@ impl PostgresBackend {
             (&channel, Type::TEXT),
             (&payload, Type::TEXT),
         ];
+        let entry_rows = write
+            .rows
+            .as_ref()
+            .map(|(_, changes)| rows::RowParams::new(changes));
+        let retention = column(self.config.retention_ms);
+        let sql = match &entry_rows {
+            Some(r) => {
+                params.extend([
+                    (&r.keys as &(dyn ToSql + Sync), Type::BYTEA_ARRAY),
+                    (&r.values, Type::BYTEA_ARRAY),
+                    (&r.revisions, Type::INT8_ARRAY),
+                    (&r.updated, Type::INT8_ARRAY),
+                    (&r.expires, Type::INT8_ARRAY),
+                    (&r.gone, Type::BYTEA_ARRAY),
+                    (&retention, Type::INT8),
+                ]);
+                rows::call(&self.config.table)
+            }
+            None => write_function::call(&self.config.table),
+        };
         self.trip();
         let sent = Instant::now();
-        let rows = client
-            .query_typed(&write_function::call(&self.config.table), &params)
-            .await
-            .map_err(refused)?;
-        let row = rows
+        let replies = client.query_typed(&sql, &params).await.map_err(refused)?;
+        let row = replies
             .first()
             .ok_or_else(|| unavailable("no row in the reply"))?;
         let written: Option<i64> = row.try_get(0).map_err(unavailable)?;
+        if written.is_none() && entry_rows.is_some() {
+            // The row as it is now would lack its entry rows: the next try
+            // reads it again.
+            let clock_us = micros(row.try_get(1).map_err(unavailable)?)?;
+            self.seen.observe_clock(sent, clock_us);
+            return Ok(Stored::Refused {
+                row: None,
+                clock_us,
+            });
+        }
         let Some(version) = written else {
             let (row, clock_us) = self.read_row(name, row, 1, sent)?;
-            return Ok(Stored::Refused { row, clock_us });
+            return Ok(Stored::Refused {
+                row: row.map(Box::new),
+                clock_us,
+            });
         };
         let clock_us = micros(row.try_get(1).map_err(unavailable)?)?;
         self.seen.observe_clock(sent, clock_us);
-        self.seen
-            .remember_parts(name, version, &write.partition, state, now);
+        if write.rows.is_none() {
+            self.seen
+                .remember_parts(name, version, &write.partition, state, now);
+        }
         Ok(Stored::Written)
     }
 
@@ -389,7 +471,7 @@ impl PostgresBackend {
         let partition = &mut write.partition;
         partition.trim_feed_to_bytes(FEED_BYTES.max(partition.live_bytes()));
         let collect_at = self.collect_at(partition, now);
-        (partition.encode(), collect_at)
+        (state(partition, write.rows.as_ref()), collect_at)
     }
 
     /// The server's clock when a try that began at `begun` gives up: its
@@ -411,6 +493,7 @@ impl PostgresBackend {
     async fn try_optimistic<T>(
         &self,
         name: &str,
+        touches: &Touches,
         begun: Instant,
         decide: &mut impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<Option<(T, u64)>, StoreError> {
@@ -418,7 +501,7 @@ impl PostgresBackend {
         let (loaded, clock_us) = match self.speculate(&**client, name, begun, decide).await? {
             Speculated::Applied(answer, now) => return Ok(Some((answer, now))),
             Speculated::Read(loaded, clock_us) => (loaded, clock_us),
-            Speculated::NotSent => self.load(&**client, name).await?,
+            Speculated::NotSent => self.load(&**client, name, touches).await?,
         };
         let Decided {
             answer,
@@ -443,6 +526,7 @@ impl PostgresBackend {
     async fn try_locked<T>(
         &self,
         name: &str,
+        touches: &Touches,
         begun: Instant,
         decide: &mut impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<Option<(T, u64)>, StoreError> {
@@ -474,7 +558,7 @@ impl PostgresBackend {
             },
         )?;
         // Read after the lock is held, so the clock is read after the wait.
-        let (loaded, clock_us) = self.load(&*tx, name).await?;
+        let (loaded, clock_us) = self.load(&*tx, name, touches).await?;
         let Decided {
             answer,
             now,
@@ -506,6 +590,7 @@ impl PostgresBackend {
     pub(super) async fn transact<T>(
         &self,
         name: &str,
+        touches: Touches,
         mut decide: impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<(T, u64), StoreError> {
         let started = Instant::now();
@@ -515,10 +600,10 @@ impl PostgresBackend {
             // server is then never later than the moment it is cut.
             let begun = Instant::now();
             let done = if races == 0 {
-                self.bounded(self.try_optimistic(name, begun, &mut decide))
+                self.bounded(self.try_optimistic(name, &touches, begun, &mut decide))
                     .await?
             } else {
-                self.bounded(self.try_locked(name, begun, &mut decide))
+                self.bounded(self.try_locked(name, &touches, begun, &mut decide))
                     .await?
             };
             if let Some(done) = done {
@@ -550,11 +635,25 @@ pub(super) struct Decided<T> {
 
 /// A partition to write back over the row it was decided on.
 pub(super) struct Write {
+    /// The partition as it is kept in its row (a partition of many: without
+    /// its entries, which `rows` carries).
     pub(super) partition: Partition,
     /// The row as decided on; `None`: it had no row.
     pub(super) was: Option<Was>,
     /// The revision to announce to waiters, when the call made one.
     pub(super) announce: Option<u64>,
+    /// A partition of many: the entry rows it holds now, and the rows to
+    /// write back.
+    pub(super) rows: Option<(u64, RowChanges)>,
+}
+
+/// The state a partition's row keeps: its snapshot, or for a partition of
+/// many, the count of its entry rows and its snapshot without them.
+fn state(partition: &Partition, rows: Option<&(u64, RowChanges)>) -> Vec<u8> {
+    match rows {
+        Some((count, _)) => layout::join(*count, &partition.encode()),
+        None => partition.encode(),
+    }
 }
 
 /// The row a write was decided on, which it must still be.
@@ -570,5 +669,8 @@ pub(super) enum Stored {
     Written,
     /// Not written: the row as it is now (`None`: none) and the server's
     /// clock in µs.
-    Refused { row: Option<Loaded>, clock_us: u64 },
+    Refused {
+        row: Option<Box<Loaded>>,
+        clock_us: u64,
+    },
 }

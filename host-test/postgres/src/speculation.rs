@@ -38,6 +38,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use coord_component::keys::may_hold_many;
 use coord_component::memory::Partition;
 use coord_host::backend::StoreError;
 use tokio_postgres::GenericClient;
@@ -182,6 +183,7 @@ impl Seen {
             partition: partition.clone(),
             encoded,
             decided_at,
+            rows: None,
         });
         self.keep(name, kept);
     }
@@ -230,6 +232,10 @@ impl PostgresBackend {
         begun: Instant,
         decide: &mut impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<Speculated<T>, StoreError> {
+        // A remembered row lacks a partition of many's entry rows.
+        if may_hold_many(name) {
+            return Ok(Speculated::NotSent);
+        }
         let sent = Instant::now();
         let Some((estimate_us, at_least_us)) = self.seen.estimate_us(sent) else {
             return Ok(Speculated::NotSent);
@@ -262,7 +268,9 @@ impl PostgresBackend {
         );
         match self.store(client, name, now, bounds, &mut write).await? {
             Stored::Written => Ok(Speculated::Applied(answer, now)),
-            Stored::Refused { row, clock_us } => Ok(Speculated::Read(row, clock_us)),
+            Stored::Refused { row, clock_us } => {
+                Ok(Speculated::Read(row.map(|row| *row), clock_us))
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast::error::RecvError;
 
 use coord_host::backend::partitioned::{Answer, Operation, PartitionStore};
+use coord_host::backend::rows::Touches;
 use coord_host::backend::{Millis, StoreError};
 use coord_host::clock::Clock;
 
@@ -46,8 +47,10 @@ impl PartitionStore for PostgresBackend {
         partition: &str,
         operation: Operation<'_>,
     ) -> Result<(Answer, Millis), StoreError> {
-        self.transact(partition, |p, now| operation.apply(p, now))
-            .await
+        self.transact(partition, operation.touches(), |p, now| {
+            operation.apply(p, now)
+        })
+        .await
     }
 
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
@@ -72,7 +75,9 @@ impl PartitionStore for PostgresBackend {
             self.register_waiter(partition, need_ms, cover_ms).await?;
             // A check records due expiries, so an expiry is a new revision.
             let ((revision, next_expiry), now) = self
-                .transact(partition, |p, _| (p.revision(), p.next_expiry()))
+                .transact(partition, Touches::Nothing, |p, _| {
+                    (p.revision(), p.next_expiry())
+                })
                 .await?;
             let deadline = *deadline.get_or_insert(now.saturating_add(timeout_ms));
             if revision > after || now >= deadline {

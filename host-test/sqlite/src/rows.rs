@@ -1,72 +1,19 @@
-//! A partition that may hold many entries (a semaphore's permits, up to its
-//! limit: `coord_component::keys::may_hold_many`) keeps each entry as a row
-//! of `coord_entries`, so that a call's cost does not grow with the entries
-//! held. Its row in `coord_partitions` keeps the rest (revision, feed,
-//! meters) and the count of entry rows.
-//!
-//! **The rules stay the state machine's.** A call loads into the partition
-//! only the rows it can see or that decide it — every row due to expire by
-//! its now (so each expiry is recorded, as on the whole partition), the
-//! row that expires first after it (the holder `absent-and-fewer-than`
-//! answers), the call's own key or prefix — tells the partition how many
-//! other rows are live ([`Partition::count_outside`]), runs the same
-//! `decide` as every other partition, and writes back the rows that
-//! changed. Each lookup is one seek of the primary key or of the index of
-//! expiries: O(log n) in the rows held.
-//!
-//! **A state in this layout begins with [`ROWS`]**, which no snapshot
-//! begins with: a process that predates the layout cannot decode it and
-//! answers `unavailable` rather than count no permits and grant past the
-//! limit. A partition still in the old layout (its entries inside its
-//! state) is read as it is and moves to rows on its next write.
-
-use std::collections::BTreeMap;
+//! A partition that may hold many entries (a semaphore's permits) keeps
+//! each entry as a row of `coord_entries`, so that a call's cost does not
+//! grow with the entries held; its row in `coord_partitions` keeps the rest
+//! (revision, feed, meters) and the count of entry rows. Which rows a call
+//! loads, the partition's state and what is written back are the layout's
+//! (`coord_host::backend::rows`); this file holds its SQL. Each lookup is
+//! one seek of the primary key or of the index of expiries: O(log n) in the
+//! rows held.
 
 use coord_component::memory::Partition;
 use coord_component::store::Entry;
 use coord_host::backend::StoreError;
+use coord_host::backend::rows::{self, Loaded, Touches};
 use rusqlite::{OptionalExtension, Transaction};
 
 use super::unavailable;
-
-/// The first byte of a partition's state whose entries are rows; a
-/// snapshot's first byte is its version (1).
-const ROWS: u8 = 0xE1;
-
-/// What a call reads besides what every call loads.
-pub(super) enum Touches {
-    /// Nothing more: a check of the revision and the next expiry.
-    Nothing,
-    /// One key: a read or a write of it.
-    Key(String),
-    /// Every key with this prefix: a listing.
-    Prefix(String),
-}
-
-/// The rows a call loaded, as they were: what is written back is what
-/// differs from these.
-pub(super) type Loaded = BTreeMap<String, Entry>;
-
-/// The count of entry rows and the snapshot, when `state` is in this
-/// layout; `None` for a snapshot with its entries inside.
-pub(super) fn split(state: &[u8]) -> Result<Option<(u64, &[u8])>, StoreError> {
-    let Some((&ROWS, rest)) = state.split_first() else {
-        return Ok(None);
-    };
-    let (count, snapshot) = rest
-        .split_first_chunk::<8>()
-        .ok_or_else(|| unavailable("a partition's state ends inside its count of rows"))?;
-    Ok(Some((u64::from_le_bytes(*count), snapshot)))
-}
-
-/// The state that [`split`] reads back.
-pub(super) fn join(rows: u64, snapshot: &[u8]) -> Vec<u8> {
-    let mut state = Vec::with_capacity(9 + snapshot.len());
-    state.push(ROWS);
-    state.extend(rows.to_le_bytes());
-    state.extend(snapshot);
-    state
-}
 
 /// The columns every query below selects, in [`entry`]'s order.
 const COLUMNS: &str = "key, value, revision, updated_at, expires_at";
@@ -167,13 +114,7 @@ pub(super) fn load(
                 .collect());
         }
     }
-    let outside = usize::try_from(rows)
-        .unwrap_or(usize::MAX)
-        .saturating_sub(loaded.len());
-    for entry in loaded.values() {
-        partition.adopt(entry.clone());
-    }
-    partition.count_outside(outside);
+    rows::adopt(partition, &loaded, rows);
     Ok(loaded)
 }
 
@@ -186,14 +127,9 @@ pub(super) fn store(
     loaded: &Loaded,
     partition: &mut Partition,
 ) -> Result<(u64, bool), StoreError> {
-    let rows = partition.live_count() as u64;
-    let now_held = partition.take_entries();
+    let (rows, changes) = rows::changes(partition, loaded);
     let name = name.as_bytes();
-    let mut written = false;
-    for (key, entry) in &now_held {
-        if loaded.get(key) == Some(entry) {
-            continue;
-        }
+    for entry in &changes.upserts {
         tx.prepare_cached(
             "INSERT OR REPLACE INTO coord_entries \
              (partition, key, value, revision, updated_at, expires_at) \
@@ -202,7 +138,7 @@ pub(super) fn store(
         .and_then(|mut s| {
             s.execute(rusqlite::params![
                 name,
-                key.as_bytes(),
+                entry.key.as_bytes(),
                 entry.value,
                 entry.revision as i64,
                 entry.updated_at as i64,
@@ -210,15 +146,13 @@ pub(super) fn store(
             ])
         })
         .map_err(unavailable)?;
-        written = true;
     }
-    for key in loaded.keys().filter(|key| !now_held.contains_key(*key)) {
+    for key in &changes.deletes {
         tx.prepare_cached("DELETE FROM coord_entries WHERE partition = ?1 AND key = ?2")
             .and_then(|mut s| s.execute(rusqlite::params![name, key.as_bytes()]))
             .map_err(unavailable)?;
-        written = true;
     }
-    Ok((rows, written))
+    Ok((rows, !changes.is_empty()))
 }
 
 /// The latest store time at which an entry row of `name` expires (`Some(0)`

@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use tokio::sync::broadcast::error::RecvError;
 
 use coord_host::backend::partitioned::{Answer, Operation, PartitionStore};
+use coord_host::backend::rows::Touches;
 use coord_host::backend::{Millis, StoreError};
 use coord_host::clock::Clock;
 
-use super::rows::Touches;
 use super::{SqliteBackend, unavailable};
 
 #[async_trait]
@@ -37,14 +37,7 @@ impl PartitionStore for SqliteBackend {
         partition: &str,
         operation: Operation<'_>,
     ) -> Result<(Answer, Millis), StoreError> {
-        let touches = match &operation {
-            Operation::Get { key }
-            | Operation::Put { key, .. }
-            | Operation::Delete { key, .. }
-            | Operation::Touch { key, .. } => Touches::Key(key.to_string()),
-            Operation::List { prefix } => Touches::Prefix(prefix.to_string()),
-            Operation::Changes { .. } | Operation::Meter { .. } => Touches::Nothing,
-        };
+        let touches = operation.touches();
         let operation = operation.into_owned();
         self.transact(partition, touches, move |p, now| operation.apply(p, now))
             .await

@@ -7,9 +7,10 @@
 use coord_component::keys::{is_unwatched, may_hold_many};
 use coord_component::memory::Partition;
 use coord_host::backend::StoreError;
+use coord_host::backend::rows::{self as layout, Touches};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-use super::rows::{self, Touches};
+use super::rows;
 use super::{Shared, SqliteBackend, unavailable};
 
 /// The most bytes of feed a row carries beyond its live entries (every
@@ -74,7 +75,7 @@ impl Shared {
         let clock = clock_us / 1000;
         let (mut partition, before, now, rows) = match row {
             Some((state, decided_at)) => {
-                let split = if many { rows::split(&state)? } else { None };
+                let split = if many { layout::split(&state)? } else { None };
                 let (rows, snapshot) = split.unwrap_or((0, &state[..]));
                 let partition = Partition::decode(snapshot).map_err(|e| {
                     unavailable(format!("the row of {name:?} is not a coord partition: {e}"))
@@ -105,7 +106,7 @@ impl Shared {
         let (state, rows_written) = match &loaded {
             Some(loaded) => {
                 let (rows, written) = rows::store(&tx, name, loaded, &mut partition)?;
-                (rows::join(rows, &partition.encode()), written)
+                (layout::join(rows, &partition.encode()), written)
             }
             None => (partition.encode(), false),
         };

@@ -181,11 +181,7 @@ pub fn drop_table(url: String, table: String) {
             };
             let driving = tokio::spawn(connection);
             let _ = client
-                .batch_execute(&format!(
-                    "DROP TABLE IF EXISTS {table}, {table}_settings; \
-                     DROP SEQUENCE IF EXISTS {table}_versions; \
-                     DROP FUNCTION IF EXISTS {table}_write_v1;"
-                ))
+                .batch_execute(&coord_postgres::drop_statements(&table))
                 .await;
             driving.abort();
         });

@@ -16,6 +16,7 @@
 
 pub mod memory;
 pub mod partitioned;
+pub mod rows;
 
 use async_trait::async_trait;
 pub use coord_component::store::{

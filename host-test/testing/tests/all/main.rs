@@ -39,6 +39,7 @@ mod nats_cluster;
 mod postgres;
 mod redis;
 mod redis_cluster;
+mod rows_layout;
 mod sqlite;
 mod sqlite_faults;
 mod sqlite_rows;

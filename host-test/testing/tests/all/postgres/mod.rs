@@ -17,6 +17,7 @@ use tokio_postgres::NoTls;
 mod durability;
 mod faults;
 mod promotion;
+mod rows;
 mod speculation;
 
 /// A backend on the test server, on the server's own clock; its table is
