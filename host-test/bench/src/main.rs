@@ -293,8 +293,7 @@ async fn main() -> wasmtime::Result<()> {
 }
 
 /// `--semaphore`, second part: the permit pair beside permits held, in
-/// memory, on Redis, on a SQLite file and on PostgreSQL (whose semaphore
-/// is still one value: filled to 1 000 only).
+/// memory, on Redis, on a SQLite file and on PostgreSQL.
 async fn semaphore_stores(
     cli: &Cli,
     memory: Arc<dyn Backend>,
@@ -312,7 +311,7 @@ async fn semaphore_stores(
             ("in memory", memory, 10_000),
             ("Redis", redis, 10_000),
             ("SQLite (file)", Arc::new(sqlite), 10_000),
-            ("PostgreSQL", Arc::new(postgres), 1_000),
+            ("PostgreSQL", Arc::new(postgres), 10_000),
         ],
         effort.reps,
     )

@@ -214,10 +214,12 @@ pub fn drop_statements(table: &str) -> String {
         "DROP TABLE IF EXISTS {table}, {entries}, {table}_settings; \
          DROP SEQUENCE IF EXISTS {table}_versions; \
          DROP FUNCTION IF EXISTS {write}; \
+         DROP FUNCTION IF EXISTS {read_rows}; \
          DROP FUNCTION IF EXISTS {write_rows};",
         entries = rows::entries(table),
         write = write_function::name(table),
-        write_rows = rows::function_name(table),
+        read_rows = rows::read_function_name(table),
+        write_rows = rows::write_function_name(table),
     )
 }
 
@@ -356,8 +358,8 @@ impl PostgresBackend {
         Ok(())
     }
 
-    /// Run `sql` (the table's statements), then make the write functions
-    /// (`write_function.rs`, and `rows.rs`'s for partitions of many) that
+    /// Run `sql` (the table's statements), then make the functions
+    /// (`write_function.rs`'s, and `rows.rs`'s two for partitions of many) that
     /// the database has none of by name and signature. Two backends making
     /// one at once collide on its name; the caller tries again and finds it
     /// made.
@@ -373,7 +375,14 @@ impl PostgresBackend {
                 write_function::signature(table),
                 write_function::create(table),
             ),
-            (rows::signature(table), rows::create_function(table)),
+            (
+                rows::read_signature(table),
+                rows::create_read_function(table),
+            ),
+            (
+                rows::write_signature(table),
+                rows::create_write_function(table),
+            ),
         ];
         for (signature, create) in functions {
             let found = client

@@ -5,10 +5,11 @@
 //! and the count of entry rows, in the layout of `coord_host::backend::rows`
 //! (which also says which entries a call loads and what it writes back).
 //!
-//! **Reading** is one statement: the partition's row, the server's clock
-//! and the entry rows the call needs — those due to expire by its now, the
+//! **Reading** is one call of `<table>_read_rows_v1`: the partition's row,
+//! the server's clock and the entry rows the call needs — those due to expire by its now, the
 //! first to expire after it, the first of those that never expire, its own
-//! key or prefix — each an index seek, so O(log n) in the rows held.
+//! key or prefix — each found by an index seek, so O(log n) in the rows
+//! held.
 //!
 //! **Writing** is one call of `<table>_write_rows_v1`: under the partition
 //! row's lock, and only if that row is still exactly the one the call
@@ -67,24 +68,69 @@ const COLUMNS: &str = "key, value, revision, updated_at, expires_at";
 /// none). The call's now is the clock in ms, never before the partition's
 /// time, as `partition.rs` decides it.
 pub(super) fn read(table: &str) -> String {
-    let e = entries(table);
-    let of = |filter: &str| format!("SELECT {COLUMNS} FROM {e} WHERE partition = $1 AND {filter}");
     format!(
-        "WITH c AS MATERIALIZED (SELECT {CLOCK_US} AS now_us),
-         m AS MATERIALIZED (SELECT version, decided_at, state FROM {table} WHERE name = $1),
-         n AS MATERIALIZED (SELECT greatest(coalesce($2, (SELECT now_us FROM c) / 1000),
-                                            (SELECT decided_at FROM m)) AS now_ms),
-         e AS (({due}) UNION ({next} ORDER BY expires_at, key LIMIT 1)
-               UNION ({forever} ORDER BY key LIMIT 1) UNION ({key}) UNION ({prefix}))
-         SELECT c.now_us, m.version, m.decided_at, m.state, a.keys, a.vals, a.revs, a.upds, a.exps
-         FROM c LEFT JOIN m ON true CROSS JOIN
-           (SELECT array_agg(key) keys, array_agg(value) vals, array_agg(revision) revs,
-                   array_agg(updated_at) upds, array_agg(expires_at) exps FROM e) a",
-        due = of("expires_at <= (SELECT now_ms FROM n)"),
-        next = of("expires_at > (SELECT now_ms FROM n)"),
+        "SELECT o_now_us, o_version, o_decided_at, o_state, o_keys, o_values, o_revisions, \
+         o_updated, o_expires FROM {}($1, $2, $3, $4)",
+        read_function_name(table)
+    )
+}
+
+/// The read's function name for `table`: a function, as the write is, so
+/// that its plan is made once per session, not on every call.
+pub(super) fn read_function_name(table: &str) -> String {
+    format!("{table}_read_rows_v1")
+}
+
+/// Its signature, as `to_regprocedure` reads it.
+pub(super) fn read_signature(table: &str) -> String {
+    format!("{}(bytea, bigint, bytea, bytea)", read_function_name(table))
+}
+
+/// The statement that makes the read's function.
+///
+/// The rows due by now and the first after it are one walk of the index of
+/// expiries, a seek per row (`walk`): a plain `expires_at <= now` leaves
+/// the planner to guess how many rows match a value it cannot see, and once
+/// the table has statistics it guesses a third of them and scans the whole
+/// table.
+pub(super) fn create_read_function(table: &str) -> String {
+    let e = entries(table);
+    let f = read_function_name(table);
+    let of =
+        |filter: &str| format!("SELECT {COLUMNS} FROM {e} WHERE partition = p_name AND {filter}");
+    format!(
+        "CREATE FUNCTION {f}(p_name bytea, p_now bigint, p_key bytea, p_prefix bytea)
+         RETURNS TABLE (o_now_us bigint, o_version bigint, o_decided_at bigint, o_state bytea,
+                        o_keys bytea[], o_values bytea[], o_revisions bigint[],
+                        o_updated bigint[], o_expires bigint[])
+         LANGUAGE plpgsql AS $fn$
+         BEGIN
+           RETURN QUERY
+           WITH RECURSIVE c AS MATERIALIZED (SELECT {CLOCK_US} AS now_us),
+           m AS MATERIALIZED (SELECT t.version, t.decided_at, t.state FROM {table} t
+                              WHERE t.name = p_name),
+           n AS MATERIALIZED (SELECT greatest(coalesce(p_now, (SELECT now_us FROM c) / 1000),
+                                              (SELECT decided_at FROM m)) AS now_ms),
+           walk AS (({first} ORDER BY expires_at, key LIMIT 1)
+                    UNION ALL
+                    SELECT x.* FROM walk w CROSS JOIN LATERAL
+                      ({after} ORDER BY expires_at, key LIMIT 1) x
+                    WHERE w.expires_at <= (SELECT now_ms FROM n)),
+           e AS ((SELECT * FROM walk) UNION ({forever} ORDER BY key LIMIT 1)
+                 UNION ({key}) UNION ({prefix}))
+           SELECT c.now_us, m.version, m.decided_at, m.state,
+                  a.keys, a.vals, a.revs, a.upds, a.exps
+           FROM c LEFT JOIN m ON true CROSS JOIN
+             (SELECT array_agg(e.key) keys, array_agg(e.value) vals,
+                     array_agg(e.revision) revs, array_agg(e.updated_at) upds,
+                     array_agg(e.expires_at) exps FROM e) a;
+         END
+         $fn$",
+        first = of("expires_at IS NOT NULL"),
+        after = of("(expires_at, key) > (w.expires_at, w.key)"),
         forever = of("expires_at IS NULL"),
-        key = of("key = $3"),
-        prefix = of("key >= $4 AND substr(key, 1, length($4)) = $4"),
+        key = of("key = p_key"),
+        prefix = of("key >= p_prefix AND substr(key, 1, length(p_prefix)) = p_prefix"),
     )
 }
 
@@ -186,16 +232,16 @@ impl RowParams {
 }
 
 /// The write function's name for `table`.
-pub(super) fn function_name(table: &str) -> String {
+pub(super) fn write_function_name(table: &str) -> String {
     format!("{table}_write_rows_v1")
 }
 
 /// Its signature, as `to_regprocedure` reads it.
-pub(super) fn signature(table: &str) -> String {
+pub(super) fn write_signature(table: &str) -> String {
     format!(
         "{}(bytea, bigint, bytea, bigint, bigint, bigint, bytea, bigint, bigint, text, text, \
          bytea[], bytea[], bigint[], bigint[], bigint[], bytea[], bigint)",
-        function_name(table)
+        write_function_name(table)
     )
 }
 
@@ -208,15 +254,15 @@ pub(super) fn call(table: &str) -> String {
     format!(
         "SELECT o_written, o_clock_us, o_version, o_decided_at, o_state \
          FROM {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
-        function_name(table)
+        write_function_name(table)
     )
 }
 
 /// The statement that makes the write function.
-pub(super) fn create_function(table: &str) -> String {
+pub(super) fn create_write_function(table: &str) -> String {
     let t = table;
     let e = entries(table);
-    let f = function_name(table);
+    let f = write_function_name(table);
     let commit = commit_setting(table);
     let grain = COLLECT_GRAIN_MS;
     format!(
@@ -235,6 +281,7 @@ pub(super) fn create_function(table: &str) -> String {
            v_waited bigint;
            v_until bigint;
            v_collect bigint := p_collect_at;
+           v_key bytea;
          BEGIN
            PERFORM {commit};
            -- First the partition's row, locked and as the call decided on
@@ -253,7 +300,11 @@ pub(super) fn create_function(table: &str) -> String {
              v_ok := v_ok AND {CLOCK_US} >= p_at_least_us AND {CLOCK_US} < p_before_us;
            END IF;
            IF v_ok THEN
-             DELETE FROM {e} WHERE partition = p_name AND key = ANY (p_gone);
+             -- One delete per key, each by the primary key (a plan for
+             -- `key = ANY (…)` may scan the partition's rows instead).
+             FOREACH v_key IN ARRAY p_gone LOOP
+               DELETE FROM {e} WHERE partition = p_name AND key = v_key;
+             END LOOP;
              INSERT INTO {e} (partition, key, value, revision, updated_at, expires_at)
              SELECT p_name, u.k, u.v, u.r, u.a, u.x
              FROM unnest(p_keys, p_values, p_revisions, p_updated, p_expires) AS u (k, v, r, a, x)
