@@ -299,6 +299,12 @@ pub(super) fn create_write_function(table: &str) -> String {
              FOR UPDATE SKIP LOCKED;
              v_ok := v_ok AND {CLOCK_US} >= p_at_least_us AND {CLOCK_US} < p_before_us;
            END IF;
+           IF v_ok AND p_version IS NULL THEN
+             -- A partition with no row has no entries: rows left by a
+             -- partition whose row went some other way (an operator's
+             -- `TRUNCATE` of the partitions) are not its.
+             DELETE FROM {e} WHERE partition = p_name;
+           END IF;
            IF v_ok THEN
              -- One delete per key, each by the primary key (a plan for
              -- `key = ANY (…)` may scan the partition's rows instead).

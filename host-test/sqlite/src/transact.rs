@@ -96,6 +96,16 @@ impl Shared {
         };
         let revision = partition.revision();
         partition.floor_at_micros(clock_us);
+        if many && before.is_none() {
+            // A partition with no row has no entries: rows left by one
+            // whose row went some other way (an operator's `DELETE`) are
+            // not its. Kept only if this transaction writes.
+            tx.execute(
+                "DELETE FROM coord_entries WHERE partition = ?1",
+                [name.as_bytes()],
+            )
+            .map_err(unavailable)?;
+        }
         let loaded = if many {
             Some(rows::load(&tx, name, now, touches, rows, &mut partition)?)
         } else {

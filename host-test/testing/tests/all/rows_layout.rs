@@ -26,6 +26,9 @@ pub const SEMAPHORE: &str = "~sem:1:a:b";
 /// partition's count of entry rows and its own row's state (empty: no row).
 pub trait Tables {
     fn stored(&self, partition: &str) -> (u64, Vec<u8>);
+    /// Delete every partition's own row, not their entry rows, as an
+    /// operator emptying the table of partitions would.
+    fn empty_partitions(&self);
 }
 
 fn fewer_than(limit: u32) -> Condition {
@@ -263,4 +266,60 @@ pub async fn processes_racing_never_grant_more_permits_than_the_limit(
         assert_eq!(granted, LIMIT, "round {round}");
         assert_eq!(tables.stored(&partition).0, u64::from(LIMIT));
     }
+}
+
+/// An operator empties the table of partitions, not the entry rows: a
+/// semaphore is gone with its row, as a lock is (its holders lost, the next
+/// fence above theirs), and the rows left behind count for nothing.
+pub async fn permits_whose_partition_row_went_are_gone_not_resurrected(
+    backend: &dyn Backend,
+    clock: &ManualClock,
+    tables: &impl Tables,
+) {
+    let mut lost = Vec::new();
+    for key in ["a", "b", "c"] {
+        let put = backend
+            .put(SEMAPHORE, key, b"v", Some(60_000), &fewer_than(3))
+            .await
+            .unwrap();
+        lost.push(applied(put));
+    }
+    tables.empty_partitions();
+    // Revisions are floored at the store's clock: a millisecond later, the
+    // new permit's fence is above the lost ones'.
+    clock.advance(1);
+    let first = applied(
+        backend
+            .put(SEMAPHORE, "d", b"v", Some(60_000), &fewer_than(3))
+            .await
+            .unwrap(),
+    );
+    assert!(first.revision > lost[2].revision);
+    let listed: Vec<String> = backend
+        .list(SEMAPHORE, "")
+        .await
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(listed, ["d"], "the lost permits stay lost");
+    assert_eq!(tables.stored(SEMAPHORE).0, 1);
+    // Two more places, not fewer.
+    for key in ["e", "f"] {
+        applied(
+            backend
+                .put(SEMAPHORE, key, b"v", Some(60_000), &fewer_than(3))
+                .await
+                .unwrap(),
+        );
+    }
+    let stale = backend
+        .delete(SEMAPHORE, "a", &Condition::Revision(lost[0].revision))
+        .await
+        .unwrap();
+    assert!(
+        matches!(stale.outcome, Outcome::Conflict(None)),
+        "{stale:?}"
+    );
 }

@@ -24,6 +24,11 @@ impl Drop for File {
 }
 
 impl Tables for File {
+    fn empty_partitions(&self) {
+        let c = rusqlite::Connection::open(&self.0).unwrap();
+        c.execute("DELETE FROM coord_partitions", []).unwrap();
+    }
+
     fn stored(&self, partition: &str) -> (u64, Vec<u8>) {
         let c = rusqlite::Connection::open(&self.0).unwrap();
         let rows: u64 = c
@@ -109,4 +114,13 @@ async fn backends_on_one_file_never_grant_more_permits_than_the_limit() {
         backends.push(Arc::new(open(&file.0, &clock).await));
     }
     rows_layout::processes_racing_never_grant_more_permits_than_the_limit(&backends, &file).await;
+}
+
+#[tokio::test]
+async fn permits_whose_partition_row_was_deleted_away_are_gone_not_resurrected() {
+    let file = File(sqlite_path());
+    let clock = Arc::new(ManualClock::new(T0));
+    let backend = open(&file.0, &clock).await;
+    rows_layout::permits_whose_partition_row_went_are_gone_not_resurrected(&backend, &clock, &file)
+        .await;
 }

@@ -16,8 +16,9 @@ use coord_host::clock::ManualClock;
 use coord_postgres::{PostgresBackend, PostgresConfig};
 use tokio_postgres::NoTls;
 
-/// Run `query` with `name` as `$1` on a connection of its own, on a thread
-/// of its own (the scenarios ask synchronously), and return its rows.
+/// Run `sql` on a connection of its own, on a thread of its own (the
+/// scenarios ask synchronously), with `name` as `$1` if it has one, and
+/// return its rows.
 fn query(url: &str, sql: String, name: &str) -> Vec<tokio_postgres::Row> {
     let (url, name) = (url.to_string(), name.as_bytes().to_vec());
     std::thread::spawn(move || {
@@ -28,7 +29,10 @@ fn query(url: &str, sql: String, name: &str) -> Vec<tokio_postgres::Row> {
         runtime.block_on(async {
             let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
             let driving = tokio::spawn(connection);
-            let rows = client.query(&sql, &[&name]).await.unwrap();
+            let rows = match sql.contains("$1") {
+                true => client.query(&sql, &[&name]).await.unwrap(),
+                false => client.query(&sql, &[]).await.unwrap(),
+            };
             driving.abort();
             rows
         })
@@ -38,6 +42,10 @@ fn query(url: &str, sql: String, name: &str) -> Vec<tokio_postgres::Row> {
 }
 
 impl Tables for Table {
+    fn empty_partitions(&self) {
+        query(&self.url, format!("TRUNCATE {}", self.name), "");
+    }
+
     fn stored(&self, partition: &str) -> (u64, Vec<u8>) {
         let t = &self.name;
         let rows = query(
@@ -129,4 +137,15 @@ async fn backends_on_separate_pools_never_grant_more_permits_than_the_limit() {
         ));
     }
     rows_layout::processes_racing_never_grant_more_permits_than_the_limit(&backends, &table).await;
+}
+
+#[tokio::test]
+async fn permits_whose_partition_row_was_emptied_away_are_gone_not_resurrected() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let (config, table) = config(&clock).await;
+    let backend = PostgresBackend::connect(config).await.unwrap();
+    rows_layout::permits_whose_partition_row_went_are_gone_not_resurrected(
+        &backend, &clock, &table,
+    )
+    .await;
 }
