@@ -85,7 +85,7 @@ mod write_function;
 
 pub use durability::Durability;
 pub use partition::FEED_BYTES;
-pub use speculation::{SEEN_BYTES, SEEN_ROWS};
+pub use speculation::{KNOWN_ROWS, SEEN_BYTES, SEEN_ROWS};
 
 /// How often a waiter checks its partition again when no notification came
 /// (the bound on the delay a lost notification causes), by default.

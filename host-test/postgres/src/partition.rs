@@ -165,7 +165,9 @@ impl PostgresBackend {
                 .ok_or_else(|| unavailable("no row in the reply"))?;
             let clock_us = micros(row.try_get(0).map_err(unavailable)?)?;
             self.seen.observe_clock(sent, clock_us);
-            return Ok((rows::loaded_of(name, row)?, clock_us));
+            let loaded = rows::loaded_of(name, row)?;
+            self.seen.remember_rows(name, loaded.as_ref());
+            return Ok((loaded, clock_us));
         }
         let sql = format!(
             "SELECT c.now_us, t.version, t.decided_at, t.state \
@@ -339,8 +341,23 @@ impl PostgresBackend {
                 .map_or(u64::MAX, |at| at.saturating_mul(1000)),
         };
         let answer = decide(&mut partition, now);
-        // A partition of many: its entries go back as rows, apart.
-        let rows = rows.map(|(loaded, _)| layout::changes(&mut partition, &loaded));
+        // A partition of many: its entries go back as rows, apart. When
+        // every row was loaded, every row is known after the write too.
+        let mut known = None;
+        let rows = rows.map(|(loaded, count)| {
+            let (count_after, changes) = layout::changes(&mut partition, &loaded);
+            if loaded.len() as u64 == count {
+                let mut all = loaded;
+                for key in &changes.deletes {
+                    all.remove(key);
+                }
+                for entry in &changes.upserts {
+                    all.insert(entry.key.clone(), entry.clone());
+                }
+                known = Some(all);
+            }
+            (count_after, changes)
+        });
         let rows_changed = rows
             .as_ref()
             .is_some_and(|(_, changes)| !changes.is_empty());
@@ -354,6 +371,7 @@ impl PostgresBackend {
             partition,
             was,
             rows,
+            known,
         });
         Decided {
             answer,
@@ -444,10 +462,8 @@ impl PostgresBackend {
             // reads it again.
             let clock_us = micros(row.try_get(1).map_err(unavailable)?)?;
             self.seen.observe_clock(sent, clock_us);
-            return Ok(Stored::Refused {
-                row: None,
-                clock_us,
-            });
+            self.seen.read_next(name);
+            return Ok(Stored::Stale);
         }
         let Some(version) = written else {
             let (row, clock_us) = self.read_row(name, row, 1, sent)?;
@@ -458,9 +474,21 @@ impl PostgresBackend {
         };
         let clock_us = micros(row.try_get(1).map_err(unavailable)?)?;
         self.seen.observe_clock(sent, clock_us);
-        if write.rows.is_none() {
-            self.seen
-                .remember_parts(name, version, &write.partition, state, now);
+        match (&write.rows, write.known.take()) {
+            (None, _) => self
+                .seen
+                .remember_parts(name, version, &write.partition, state, now),
+            (Some((count, _)), Some(known)) => {
+                let loaded = Loaded {
+                    version,
+                    partition: write.partition.clone(),
+                    encoded: state,
+                    decided_at: now,
+                    rows: Some(Box::new((known, *count))),
+                };
+                self.seen.remember_rows(name, Some(&loaded));
+            }
+            (Some(_), None) => self.seen.read_next(name),
         }
         Ok(Stored::Written)
     }
@@ -573,7 +601,7 @@ impl PostgresBackend {
         // roll back: harmless, as its version, drawn from the sequence,
         // then never appears in the table, so no speculation matches it.
         let stored = self.store(&*tx, name, now, bounds, &mut write).await?;
-        if let Stored::Refused { .. } = stored {
+        if !matches!(stored, Stored::Written) {
             return Ok(None);
         }
         self.trip();
@@ -645,6 +673,9 @@ pub(super) struct Write {
     /// A partition of many: the entry rows it holds now, and the rows to
     /// write back.
     pub(super) rows: Option<(u64, RowChanges)>,
+    /// A partition of many whose every row was loaded: every row it holds
+    /// after the write, for the next call's speculation.
+    pub(super) known: Option<layout::Loaded>,
 }
 
 /// The state a partition's row keeps: its snapshot, or for a partition of
@@ -673,4 +704,7 @@ pub(super) enum Stored {
         row: Option<Box<Loaded>>,
         clock_us: u64,
     },
+    /// Not written, a partition of many: its row must be read again, with
+    /// its entry rows.
+    Stale,
 }

@@ -20,8 +20,9 @@
 //! entry row goes through that function, so the partition's version covers
 //! its rows: the compare-and-set of `partition.rs` is unchanged.
 //!
-//! No call of such a partition speculates (`speculation.rs`): a remembered
-//! row would lack the entries.
+//! A call speculates (`speculation.rs`) only on a partition this process
+//! knows whole: one of at most [`KNOWN_ROWS`] entry rows, all of which the
+//! read loads. A larger one is read on every call: two round trips.
 
 use coord_component::memory::Partition;
 use coord_component::store::Entry;
@@ -31,6 +32,7 @@ use tokio_postgres::Row;
 
 use super::durability::commit_setting;
 use super::partition::{CLOCK_MS, CLOCK_US, COLLECT_GRAIN_MS, Loaded};
+use super::speculation::KNOWN_ROWS;
 use super::unavailable;
 
 /// The table of entry rows beside `table`.
@@ -88,6 +90,10 @@ pub(super) fn read_signature(table: &str) -> String {
 
 /// The statement that makes the read's function.
 ///
+/// It also loads every row when there are at most [`KNOWN_ROWS`] (at most
+/// that many more seeks): a semaphore of a few permits is then known whole
+/// and its next call speculates in one round trip (`speculation.rs`).
+///
 /// The rows due by now and the first after it are one walk of the index of
 /// expiries, a seek per row (`walk`): a plain `expires_at <= now` leaves
 /// the planner to guess how many rows match a value it cannot see, and once
@@ -117,7 +123,8 @@ pub(super) fn create_read_function(table: &str) -> String {
                       ({after} ORDER BY expires_at, key LIMIT 1) x
                     WHERE w.expires_at <= (SELECT now_ms FROM n)),
            e AS ((SELECT * FROM walk) UNION ({forever} ORDER BY key LIMIT 1)
-                 UNION ({key}) UNION ({prefix}))
+                 UNION ({key}) UNION ({prefix})
+                 UNION ({all} ORDER BY key LIMIT {few}))
            SELECT c.now_us, m.version, m.decided_at, m.state,
                   a.keys, a.vals, a.revs, a.upds, a.exps
            FROM c LEFT JOIN m ON true CROSS JOIN
@@ -129,6 +136,8 @@ pub(super) fn create_read_function(table: &str) -> String {
         first = of("expires_at IS NOT NULL"),
         after = of("(expires_at, key) > (w.expires_at, w.key)"),
         forever = of("expires_at IS NULL"),
+        all = of("true"),
+        few = KNOWN_ROWS + 1,
         key = of("key = p_key"),
         prefix = of("key >= p_prefix AND substr(key, 1, length(p_prefix)) = p_prefix"),
     )

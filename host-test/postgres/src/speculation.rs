@@ -51,6 +51,11 @@ use super::partition::{Decided, Loaded, Stored};
 /// instead. Locks, leases and rate limits stay far below it.
 pub const SEEN_BYTES: usize = 4 * 1024;
 
+/// The most entry rows a partition of many (a semaphore) may have for a
+/// backend to remember it with all of them and speculate on it; the read
+/// loads them all up to this many (`rows.rs`).
+pub const KNOWN_ROWS: usize = 32;
+
 /// How many partitions' rows a backend remembers; past it, it forgets one
 /// (any) for each new one.
 pub const SEEN_ROWS: usize = 4096;
@@ -90,7 +95,8 @@ struct ClockBound {
 enum Known {
     /// Nothing: speculate that it has none.
     Nothing,
-    /// It exists but is too large to remember: read it.
+    /// It exists but is too large to remember (or, a partition of many, is
+    /// not known whole): read it.
     Large,
     /// As last read or written.
     Row(Loaded),
@@ -169,6 +175,30 @@ impl Seen {
         self.keep(name, kept);
     }
 
+    /// Remember a partition of many as read or written (`None`: it has no
+    /// row), if every one of its entry rows is in `row` and there are at
+    /// most [`KNOWN_ROWS`] of them; else remember only that it must be
+    /// read, so that no call speculates on a part of its rows.
+    pub(super) fn remember_rows(&self, name: &str, row: Option<&Loaded>) {
+        let Some(row) = row else {
+            self.forget(name);
+            return;
+        };
+        match row.rows.as_deref() {
+            Some((rows, count)) if rows.len() as u64 == *count && rows.len() <= KNOWN_ROWS => {
+                self.keep(name, Some(row.clone()))
+            }
+            _ => self.read_next(name),
+        }
+    }
+
+    /// `name` has a row that the next call must read (a partition of many
+    /// not known whole): it does not speculate, not even that there is no
+    /// row.
+    pub(super) fn read_next(&self, name: &str) {
+        self.keep(name, None);
+    }
+
     /// Remember the row `name` was written as.
     pub(super) fn remember_parts(
         &self,
@@ -216,8 +246,10 @@ pub(super) enum Speculated<T> {
     /// Not written: the row as the statement found it (`None`: no row) and
     /// the server's clock in µs, to decide on again.
     Read(Option<Loaded>, u64),
-    /// Nothing sent: no clock seen yet, a row too large to remember, or a
-    /// decision that writes nothing (which only a read can confirm).
+    /// Nothing to decide on: no clock seen yet, a row too large to
+    /// remember, a decision that writes nothing (which only a read can
+    /// confirm), or a partition of many whose write was refused (its row
+    /// must be read with its entry rows).
     NotSent,
 }
 
@@ -232,10 +264,6 @@ impl PostgresBackend {
         begun: Instant,
         decide: &mut impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<Speculated<T>, StoreError> {
-        // A remembered row lacks a partition of many's entry rows.
-        if may_hold_many(name) {
-            return Ok(Speculated::NotSent);
-        }
         let sent = Instant::now();
         let Some((estimate_us, at_least_us)) = self.seen.estimate_us(sent) else {
             return Ok(Speculated::NotSent);
@@ -243,6 +271,11 @@ impl PostgresBackend {
         let seen = match self.seen.known(name) {
             Known::Large => return Ok(Speculated::NotSent),
             Known::Nothing => None,
+            // A partition of many is remembered only with every entry row
+            // (`remember_rows`); one with no row has none.
+            Known::Row(row) if may_hold_many(name) && row.rows.is_none() => {
+                return Ok(Speculated::NotSent);
+            }
             Known::Row(row) => Some(row),
         };
         let Decided {
@@ -271,6 +304,8 @@ impl PostgresBackend {
             Stored::Refused { row, clock_us } => {
                 Ok(Speculated::Read(row.map(|row| *row), clock_us))
             }
+            // Refused, and the row it returned lacks the entry rows.
+            Stored::Stale => Ok(Speculated::NotSent),
         }
     }
 }

@@ -268,3 +268,55 @@ async fn a_new_entry_decided_ahead_of_the_servers_clock_gets_no_longer_a_ttl() {
     );
     assert_eq!(a.get(p, "holder").await.unwrap().entry, Some(written));
 }
+
+#[tokio::test]
+async fn a_semaphore_known_whole_is_one_round_trip_a_call_and_a_larger_one_two() {
+    let (a, b, _table) = two_processes().await;
+    let known = coord_postgres::KNOWN_ROWS as u32;
+    let under = Condition::AbsentAndFewerThan;
+    let ttl = Some(60_000);
+    // A semaphore of a few permits: after A's first call, which reads
+    // every row, A knows it whole; each acquire and release of its own is
+    // one statement, and B's write in between costs A one refused
+    // speculation and the read.
+    let p = "~sem:1:spec:few";
+    let (n, first) = trips(&a, a.put(p, "a0", b"v", ttl, &under(20))).await;
+    applied(first.unwrap());
+    assert_eq!(n, 2, "a first call reads, then writes");
+    for round in 0..5 {
+        let key = format!("a{}", round + 1);
+        let (n, put) = trips(&a, a.put(p, &key, b"v", ttl, &under(20))).await;
+        let held = applied(put.unwrap());
+        assert_eq!(n, 1, "round {round}: an acquire");
+        let (n, gone) = trips(&a, a.delete(p, &key, &Condition::Revision(held.revision))).await;
+        assert!(matches!(gone.unwrap().outcome, Outcome::Applied(_)));
+        assert_eq!(n, 1, "round {round}: a release");
+    }
+    applied(b.put(p, "b", b"v", ttl, &under(20)).await.unwrap());
+    let (n, put) = trips(&a, a.put(p, "a9", b"v", ttl, &under(20))).await;
+    applied(put.unwrap());
+    assert_eq!(n, 3, "the refused speculation, the read, the write");
+    // Full (a0, a9 and b held under 3), decided on what A knows: the
+    // conflict names the first to expire (all expire together: the first
+    // key), as a read would.
+    let (n, full) = trips(&a, a.put(p, "late", b"v", ttl, &under(3))).await;
+    let outcome = full.unwrap().outcome;
+    assert!(
+        matches!(&outcome, Outcome::Conflict(Some(e)) if e.key == "a0"),
+        "{outcome:?}"
+    );
+    assert_eq!(n, 1, "a conflict is confirmed by a read");
+
+    // Past KNOWN_ROWS permits, A reads on every call: two round trips.
+    let q = "~sem:1:spec:many";
+    for i in 0..=known {
+        let key = format!("k{i:03}");
+        applied(a.put(q, &key, b"v", ttl, &under(known + 10)).await.unwrap());
+    }
+    let (n, put) = trips(&a, a.put(q, "more", b"v", ttl, &under(known + 10))).await;
+    let held = applied(put.unwrap());
+    assert_eq!(n, 2);
+    let (n, gone) = trips(&a, a.delete(q, "more", &Condition::Revision(held.revision))).await;
+    assert!(matches!(gone.unwrap().outcome, Outcome::Applied(_)));
+    assert_eq!(n, 2);
+}
