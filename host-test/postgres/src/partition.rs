@@ -17,7 +17,7 @@ use deadpool_postgres::Pool;
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::speculation::Speculated;
+use super::speculation::{KNOWN_ROWS, Speculated};
 use super::{PostgresBackend, announced_name, refused, rows, unavailable, write_function};
 
 /// The most bytes of feed a partition's row carries beyond its live
@@ -48,6 +48,11 @@ pub(super) struct Loaded {
     pub(super) encoded: Vec<u8>,
     pub(super) decided_at: u64,
     pub(super) rows: Option<Box<(layout::Loaded, u64)>>,
+    /// A partition of many not loaded whole: the first row to expire
+    /// after the read's now (its expiry and key). Every row not loaded
+    /// comes after it in that order, so a decision on the rows loaded
+    /// holds before its expiry while it is still among them.
+    pub(super) horizon: Option<Box<(u64, String)>>,
 }
 
 /// The server's now, in ms.
@@ -165,7 +170,11 @@ impl PostgresBackend {
                 .ok_or_else(|| unavailable("no row in the reply"))?;
             let clock_us = micros(row.try_get(0).map_err(unavailable)?)?;
             self.seen.observe_clock(sent, clock_us);
-            let loaded = rows::loaded_of(name, row)?;
+            let mut loaded = rows::loaded_of(name, row)?;
+            if let Some(loaded) = &mut loaded {
+                let now = self.test_now().unwrap_or(clock_us / 1000);
+                loaded.horizon = rows::horizon(loaded, now.max(loaded.decided_at)).map(Box::new);
+            }
             self.seen.remember_rows(name, loaded.as_ref());
             return Ok((loaded, clock_us));
         }
@@ -222,6 +231,7 @@ impl PostgresBackend {
             encoded,
             decided_at: u64::try_from(decided_at).unwrap_or(0),
             rows: None,
+            horizon: None,
         };
         self.seen.remember(name, &loaded);
         Ok((Some(loaded), clock_us))
@@ -303,6 +313,7 @@ impl PostgresBackend {
             Some(now) => (now, now.saturating_mul(1000)),
             None => (clock_us / 1000, clock_us),
         };
+        let horizon = loaded.as_ref().and_then(|l| l.horizon.clone());
         let (mut partition, was, now, rows) = match loaded {
             Some(l) => (
                 l.partition,
@@ -338,15 +349,17 @@ impl PostgresBackend {
             Some(_) => u64::MAX,
             None => partition
                 .next_expiry()
-                .map_or(u64::MAX, |at| at.saturating_mul(1000)),
+                .unwrap_or(u64::MAX)
+                .min(horizon.as_ref().map_or(u64::MAX, |first| first.0))
+                .saturating_mul(1000),
         };
         let answer = decide(&mut partition, now);
-        // A partition of many: its entries go back as rows, apart. When
-        // every row was loaded, every row is known after the write too.
+        // A partition of many: its entries go back as rows, apart. When few
+        // rows were loaded, the rows known after the write are kept too.
         let mut known = None;
-        let rows = rows.map(|(loaded, count)| {
+        let rows = rows.map(|(loaded, _)| {
             let (count_after, changes) = layout::changes(&mut partition, &loaded);
-            if loaded.len() as u64 == count {
+            if loaded.len() <= KNOWN_ROWS {
                 let mut all = loaded;
                 for key in &changes.deletes {
                     all.remove(key);
@@ -372,6 +385,7 @@ impl PostgresBackend {
             was,
             rows,
             known,
+            horizon,
         });
         Decided {
             answer,
@@ -445,6 +459,7 @@ impl PostgresBackend {
                     (&r.expires, Type::INT8_ARRAY),
                     (&r.gone, Type::BYTEA_ARRAY),
                     (&retention, Type::INT8),
+                    (&r.absent, Type::BYTEA_ARRAY),
                 ]);
                 rows::call(&self.config.table)
             }
@@ -485,6 +500,7 @@ impl PostgresBackend {
                     encoded: state,
                     decided_at: now,
                     rows: Some(Box::new((known, *count))),
+                    horizon: write.horizon.clone(),
                 };
                 self.seen.remember_rows(name, Some(&loaded));
             }
@@ -526,9 +542,12 @@ impl PostgresBackend {
         decide: &mut impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<Option<(T, u64)>, StoreError> {
         let client = self.client().await?;
-        let (loaded, clock_us) = match self.speculate(&**client, name, begun, decide).await? {
+        let (loaded, clock_us) = match self
+            .speculate(&**client, name, touches, begun, decide)
+            .await?
+        {
             Speculated::Applied(answer, now) => return Ok(Some((answer, now))),
-            Speculated::Read(loaded, clock_us) => (loaded, clock_us),
+            Speculated::Read(loaded, clock_us) => (loaded.map(|loaded| *loaded), clock_us),
             Speculated::NotSent => self.load(&**client, name, touches).await?,
         };
         let Decided {
@@ -673,9 +692,12 @@ pub(super) struct Write {
     /// A partition of many: the entry rows it holds now, and the rows to
     /// write back.
     pub(super) rows: Option<(u64, RowChanges)>,
-    /// A partition of many whose every row was loaded: every row it holds
-    /// after the write, for the next call's speculation.
+    /// A partition of many of few loaded rows: the rows it holds after the
+    /// write of those it loaded, for the next call's speculation.
     pub(super) known: Option<layout::Loaded>,
+    /// The horizon of the rows it was decided on ([`Loaded::horizon`]),
+    /// which the write leaves as it is: it touches only rows it loaded.
+    pub(super) horizon: Option<Box<(u64, String)>>,
 }
 
 /// The state a partition's row keeps: its snapshot, or for a partition of

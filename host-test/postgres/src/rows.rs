@@ -181,8 +181,25 @@ pub(super) fn loaded_of(name: &str, row: &Row) -> Result<Option<Loaded>, StoreEr
         partition,
         decided_at: u64::try_from(decided_at).unwrap_or(0),
         rows: Some(Box::new((rows, count))),
+        horizon: None,
         encoded,
     }))
+}
+
+/// The horizon of a partition of many as read at `now` ([`Loaded::horizon`]):
+/// when not every row was loaded, the first loaded row to expire after
+/// `now` in (expiry, key) order, which is the first of all (the read walks
+/// the rows in that order up to it). `None` when every row was loaded, or
+/// none expires after now.
+pub(super) fn horizon(loaded: &Loaded, now: u64) -> Option<(u64, String)> {
+    let (rows, count) = loaded.rows.as_deref()?;
+    if rows.len() as u64 == *count {
+        return None;
+    }
+    rows.values()
+        .filter_map(|entry| Some((entry.expires_at?, entry.key.clone())))
+        .filter(|(at, _)| *at > now)
+        .min()
 }
 
 /// The entries of a reply of [`read`] (its last five columns).
@@ -226,6 +243,14 @@ pub(super) struct RowParams {
     pub(super) updated: Vec<i64>,
     pub(super) expires: Vec<Option<i64>>,
     pub(super) gone: Vec<Vec<u8>>,
+    /// Keys written as new, which must have no row: a call that did not
+    /// load every row cannot tell that otherwise.
+    pub(super) absent: Vec<Vec<u8>>,
+}
+
+/// Keys as the statement's `bytea[]` parameters take them.
+fn bytes(keys: &[String]) -> Vec<Vec<u8>> {
+    keys.iter().map(|k| k.as_bytes().to_vec()).collect()
 }
 
 impl RowParams {
@@ -238,11 +263,8 @@ impl RowParams {
             revisions: upserts.iter().map(|e| signed(e.revision)).collect(),
             updated: upserts.iter().map(|e| signed(e.updated_at)).collect(),
             expires: upserts.iter().map(|e| e.expires_at.map(signed)).collect(),
-            gone: changes
-                .deletes
-                .iter()
-                .map(|k| k.as_bytes().to_vec())
-                .collect(),
+            gone: bytes(&changes.deletes),
+            absent: bytes(&changes.new_keys),
         }
     }
 }
@@ -256,7 +278,7 @@ pub(super) fn write_function_name(table: &str) -> String {
 pub(super) fn write_signature(table: &str) -> String {
     format!(
         "{}(bytea, bigint, bytea, bigint, bigint, bigint, bytea, bigint, bigint, text, text, \
-         bytea[], bytea[], bigint[], bigint[], bigint[], bytea[], bigint)",
+         bytea[], bytea[], bigint[], bigint[], bigint[], bytea[], bigint, bytea[])",
         write_function_name(table)
     )
 }
@@ -264,12 +286,13 @@ pub(super) fn write_signature(table: &str) -> String {
 /// The call, answering as `write_function::call` does. Parameters `$1` to
 /// `$11` are that call's; then the entry rows to upsert (`$12` keys, `$13`
 /// values, `$14` revisions, `$15` update times, `$16` expiries), `$17` the
-/// keys of the rows to delete and `$18` the retention (ms) a partition's
-/// row is kept past its last entry row's expiry.
+/// keys of the rows to delete, `$18` the retention (ms) a partition's row
+/// is kept past its last entry row's expiry and `$19` the keys written as
+/// new, which must have no row (else nothing is written).
 pub(super) fn call(table: &str) -> String {
     format!(
         "SELECT o_written, o_clock_us, o_version, o_decided_at, o_state \
-         FROM {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+         FROM {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
         write_function_name(table)
     )
 }
@@ -287,7 +310,7 @@ pub(super) fn create_write_function(table: &str) -> String {
            p_version bigint, p_was_decided_at bigint, p_was_state bytea,
            p_at_least_us bigint, p_before_us bigint, p_channel text, p_payload text,
            p_keys bytea[], p_values bytea[], p_revisions bigint[], p_updated bigint[],
-           p_expires bigint[], p_gone bytea[], p_retention bigint)
+           p_expires bigint[], p_gone bytea[], p_retention bigint, p_absent bytea[])
          RETURNS TABLE (o_written bigint, o_clock_us bigint, o_version bigint,
                         o_decided_at bigint, o_state bytea)
          LANGUAGE plpgsql AS $fn$
@@ -314,6 +337,15 @@ pub(super) fn create_write_function(table: &str) -> String {
                AND r.decided_at = p_was_decided_at AND r.state = p_was_state
              FOR UPDATE SKIP LOCKED;
              v_ok := v_ok AND {CLOCK_US} >= p_at_least_us AND {CLOCK_US} < p_before_us;
+             -- A key written as new has no row (a new partition has none).
+             IF v_ok THEN
+               FOREACH v_key IN ARRAY p_absent LOOP
+                 IF EXISTS (SELECT 1 FROM {e} x WHERE x.partition = p_name AND x.key = v_key) THEN
+                   v_ok := false;
+                   EXIT;
+                 END IF;
+               END LOOP;
+             END IF;
            END IF;
            IF v_ok AND p_version IS NULL THEN
              -- A partition with no row has no entries: rows left by a

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use coord_component::keys::may_hold_many;
 use coord_component::memory::Partition;
 use coord_host::backend::StoreError;
+use coord_host::backend::rows::Touches;
 use tokio_postgres::GenericClient;
 
 use super::PostgresBackend;
@@ -51,9 +52,9 @@ use super::partition::{Decided, Loaded, Stored};
 /// instead. Locks, leases and rate limits stay far below it.
 pub const SEEN_BYTES: usize = 4 * 1024;
 
-/// The most entry rows a partition of many (a semaphore) may have for a
-/// backend to remember it with all of them and speculate on it; the read
-/// loads them all up to this many (`rows.rs`).
+/// The most entry rows of a partition of many (a semaphore) a backend
+/// remembers to speculate on: all its rows when it has at most this many
+/// (the read loads them all, `rows.rs`), else those a call loaded.
 pub const KNOWN_ROWS: usize = 32;
 
 /// How many partitions' rows a backend remembers; past it, it forgets one
@@ -99,7 +100,7 @@ enum Known {
     /// not known whole): read it.
     Large,
     /// As last read or written.
-    Row(Loaded),
+    Row(Box<Loaded>),
 }
 
 impl Seen {
@@ -165,7 +166,7 @@ impl Seen {
         match rows.get(name) {
             None => Known::Nothing,
             Some(None) => Known::Large,
-            Some(Some(row)) => Known::Row(row.clone()),
+            Some(Some(row)) => Known::Row(Box::new(row.clone())),
         }
     }
 
@@ -176,17 +177,27 @@ impl Seen {
     }
 
     /// Remember a partition of many as read or written (`None`: it has no
-    /// row), if every one of its entry rows is in `row` and there are at
-    /// most [`KNOWN_ROWS`] of them; else remember only that it must be
-    /// read, so that no call speculates on a part of its rows.
+    /// row) with the entry rows in `row` (every row, or those loaded, with
+    /// the horizon before which they decide a call), if there are at most
+    /// [`KNOWN_ROWS`] of them; else remember only that it must be read.
     pub(super) fn remember_rows(&self, name: &str, row: Option<&Loaded>) {
         let Some(row) = row else {
             self.forget(name);
             return;
         };
         match row.rows.as_deref() {
-            Some((rows, count)) if rows.len() as u64 == *count && rows.len() <= KNOWN_ROWS => {
-                self.keep(name, Some(row.clone()))
+            Some((rows, count)) if rows.len() <= KNOWN_ROWS => {
+                // Known in part, the rows decide a call only while the
+                // first row to expire of all is among them, unchanged.
+                let whole = rows.len() as u64 == *count;
+                let first_kept = row.horizon.as_deref().is_some_and(|(at, key)| {
+                    rows.get(key).is_some_and(|e| e.expires_at == Some(*at))
+                });
+                if whole || first_kept {
+                    self.keep(name, Some(row.clone()));
+                } else {
+                    self.read_next(name);
+                }
             }
             _ => self.read_next(name),
         }
@@ -214,6 +225,7 @@ impl Seen {
             encoded,
             decided_at,
             rows: None,
+            horizon: None,
         });
         self.keep(name, kept);
     }
@@ -245,7 +257,7 @@ pub(super) enum Speculated<T> {
     Applied(T, u64),
     /// Not written: the row as the statement found it (`None`: no row) and
     /// the server's clock in µs, to decide on again.
-    Read(Option<Loaded>, u64),
+    Read(Option<Box<Loaded>>, u64),
     /// Nothing to decide on: no clock seen yet, a row too large to
     /// remember, a decision that writes nothing (which only a read can
     /// confirm), or a partition of many whose write was refused (its row
@@ -261,6 +273,7 @@ impl PostgresBackend {
         &self,
         client: &impl GenericClient,
         name: &str,
+        touches: &Touches,
         begun: Instant,
         decide: &mut impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<Speculated<T>, StoreError> {
@@ -276,7 +289,21 @@ impl PostgresBackend {
             Known::Row(row) if may_hold_many(name) && row.rows.is_none() => {
                 return Ok(Speculated::NotSent);
             }
-            Known::Row(row) => Some(row),
+            // Known in part, a partition of many decides one key's call as
+            // a read would: every row due before the horizon is known, the
+            // first to expire is the first known, and a key written as new
+            // is checked to have no row. Not a check or a listing, which
+            // answer from rows it does not know.
+            Known::Row(row)
+                if row
+                    .rows
+                    .as_deref()
+                    .is_some_and(|(rows, count)| rows.len() as u64 != *count)
+                    && !matches!(touches, Touches::Key(_)) =>
+            {
+                return Ok(Speculated::NotSent);
+            }
+            Known::Row(row) => Some(*row),
         };
         let Decided {
             answer,
@@ -301,9 +328,7 @@ impl PostgresBackend {
         );
         match self.store(client, name, now, bounds, &mut write).await? {
             Stored::Written => Ok(Speculated::Applied(answer, now)),
-            Stored::Refused { row, clock_us } => {
-                Ok(Speculated::Read(row.map(|row| *row), clock_us))
-            }
+            Stored::Refused { row, clock_us } => Ok(Speculated::Read(row, clock_us)),
             // Refused, and the row it returned lacks the entry rows.
             Stored::Stale => Ok(Speculated::NotSent),
         }

@@ -103,6 +103,9 @@ pub struct RowChanges {
     pub upserts: Vec<Entry>,
     /// Keys of rows loaded that the partition no longer holds.
     pub deletes: Vec<String>,
+    /// Keys of `upserts` that were not loaded: written as new, so a store
+    /// that did not load every row checks they have none.
+    pub new_keys: Vec<String>,
 }
 
 impl RowChanges {
@@ -124,11 +127,23 @@ pub fn changes(partition: &mut Partition, loaded: &Loaded) -> (u64, RowChanges) 
         .filter(|key| !held.contains_key(*key))
         .cloned()
         .collect();
-    let upserts = held
+    let upserts: Vec<Entry> = held
         .into_values()
         .filter(|entry| loaded.get(&entry.key) != Some(entry))
         .collect();
-    (rows, RowChanges { upserts, deletes })
+    let new_keys = upserts
+        .iter()
+        .filter(|entry| !loaded.contains_key(&entry.key))
+        .map(|entry| entry.key.clone())
+        .collect();
+    (
+        rows,
+        RowChanges {
+            upserts,
+            deletes,
+            new_keys,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -185,6 +200,7 @@ mod tests {
             RowChanges {
                 upserts: vec![entry("b", b"changed", None), entry("d", b"new", Some(30))],
                 deletes: vec!["c".into()],
+                new_keys: vec!["d".into()],
             }
         );
         assert_eq!(partition.live_count(), 2, "only the rows outside remain");
