@@ -20,9 +20,11 @@
 //! entry row goes through that function, so the partition's version covers
 //! its rows: the compare-and-set of `partition.rs` is unchanged.
 //!
-//! A call speculates (`speculation.rs`) only on a partition this process
-//! knows whole: one of at most [`KNOWN_ROWS`] entry rows, all of which the
-//! read loads. A larger one is read on every call: two round trips.
+//! A call speculates (`speculation.rs`) on the rows this process knows: a
+//! partition of at most [`KNOWN_ROWS`] entry rows whole (the read loads
+//! them all), a larger one in part, up to the first row to expire
+//! ([`horizon`]), for a call of one key; the write then also requires that
+//! every key it writes as new has no row.
 
 use coord_component::memory::Partition;
 use coord_component::store::Entry;
