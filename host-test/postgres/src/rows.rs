@@ -33,9 +33,9 @@ use coord_host::backend::rows::{self as layout, ROWS, RowChanges, Touches};
 use tokio_postgres::Row;
 
 use super::durability::commit_setting;
-use super::partition::{CLOCK_MS, CLOCK_US, COLLECT_GRAIN_MS, Loaded};
+use super::partition::{CLOCK_US, COLLECT_GRAIN_MS, Loaded};
 use super::speculation::KNOWN_ROWS;
-use super::unavailable;
+use super::{unavailable, write_function};
 
 /// The table of entry rows beside `table`.
 pub(super) fn entries(table: &str) -> String {
@@ -383,16 +383,14 @@ pub(super) fn create_write_function(table: &str) -> String {
                     state = p_state, collect_at = v_collect
              WHERE name = p_name
              RETURNING version, wait_until INTO v_written, v_waited;
-             IF p_payload IS NOT NULL AND (p_version IS NULL OR v_waited > {CLOCK_MS}) THEN
-               PERFORM pg_notify(p_channel, p_payload);
-             END IF;
-             RETURN QUERY SELECT v_written, {CLOCK_US}, NULL::bigint, NULL::bigint, NULL::bytea;
+             {written}
            ELSE
-             RETURN QUERY SELECT NULL::bigint, {CLOCK_US}, r.version, r.decided_at, r.state
-               FROM (SELECT 1) one LEFT JOIN {t} r ON r.name = p_name;
+             {refused}
            END IF;
          END
-         $fn$"
+         $fn$",
+        written = write_function::answer_written(),
+        refused = write_function::answer_refused(t),
     )
 }
 

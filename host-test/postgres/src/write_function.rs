@@ -87,17 +87,35 @@ pub(super) fn create(table: &str) -> String {
              RETURNING r.version, r.wait_until INTO v_written, v_waited;
            END IF;
            IF v_written IS NOT NULL THEN
-             -- A new row always announces itself; a row only when a waiter
-             -- registered on it (read under the row's lock).
-             IF p_payload IS NOT NULL AND (p_version IS NULL OR v_waited > {CLOCK_MS}) THEN
-               PERFORM pg_notify(p_channel, p_payload);
-             END IF;
-             RETURN QUERY SELECT v_written, {CLOCK_US}, NULL::bigint, NULL::bigint, NULL::bytea;
+             {written}
            ELSE
-             RETURN QUERY SELECT NULL::bigint, {CLOCK_US}, r.version, r.decided_at, r.state
-               FROM (SELECT 1) one LEFT JOIN {t} r ON r.name = p_name;
+             {refused}
            END IF;
          END
-         $fn$"
+         $fn$",
+        written = answer_written(),
+        refused = answer_refused(t),
+    )
+}
+
+/// How a write function ends once it wrote (`v_written`: the new version,
+/// `v_waited`: the row's registration): announce the revision, and answer
+/// the version and the clock. A new row always announces itself; a row
+/// only when a waiter registered on it (read under the row's lock).
+pub(super) fn answer_written() -> String {
+    format!(
+        "IF p_payload IS NOT NULL AND (p_version IS NULL OR v_waited > {CLOCK_MS}) THEN
+           PERFORM pg_notify(p_channel, p_payload);
+         END IF;
+         RETURN QUERY SELECT v_written, {CLOCK_US}, NULL::bigint, NULL::bigint, NULL::bytea;"
+    )
+}
+
+/// How a write function of `table` ends when it wrote nothing: the clock
+/// and the row as it is now (all null: no row).
+pub(super) fn answer_refused(table: &str) -> String {
+    format!(
+        "RETURN QUERY SELECT NULL::bigint, {CLOCK_US}, r.version, r.decided_at, r.state
+           FROM (SELECT 1) one LEFT JOIN {table} r ON r.name = p_name;"
     )
 }
