@@ -41,6 +41,13 @@ pub fn semaphore_partition(id: &str, resource: &str) -> String {
     partition(SEMAPHORE_KIND, id, resource)
 }
 
+/// The partition holding the grants of read-write lock (`id`, `resource`);
+/// unwatched. The writer's entry is [`RWLOCK_WRITER_KEY`]; each reader's is
+/// [`RWLOCK_READER_PREFIX`] and its owner token.
+pub fn rwlock_partition(id: &str, resource: &str) -> String {
+    partition(RWLOCK_KIND, id, resource)
+}
+
 /// The partition holding the store's record of each reservation made
 /// against rate limiter `id`'s `key` (what was issued, and whether it was
 /// settled); unwatched. Each record is an entry keyed by the reservation's
@@ -55,20 +62,34 @@ pub fn lease_partition(name: &str) -> String {
 }
 
 /// Whether `partition` may hold many entries: a semaphore's, one entry per
-/// permit held, up to its limit. A store that keeps a small unwatched
+/// permit held, up to its limit; a read-write lock's, one per reader. A store that keeps a small unwatched
 /// partition as one value, read and rewritten whole by every call, keeps
 /// these in a layout whose cost per call does not grow with the entries
 /// (the Redis stores: `redis.lua`'s hash of entries and index of expiries,
 /// as for a watched partition). Every host of one store must agree on it:
 /// the Rust, JavaScript and Python Redis stores test the same names.
 pub fn may_hold_many(partition: &str) -> bool {
-    partition
-        .strip_prefix(SEMAPHORE_KIND)
-        .is_some_and(|rest| rest.starts_with(':'))
+    [SEMAPHORE_KIND, RWLOCK_KIND].iter().any(|kind| {
+        partition
+            .strip_prefix(kind)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })
 }
 
 /// The kind of every semaphore partition ([`semaphore_partition`]).
 const SEMAPHORE_KIND: &str = "~sem";
+
+/// The kind of every read-write lock partition ([`rwlock_partition`]).
+const RWLOCK_KIND: &str = "~rw";
+
+/// The key of the writer's entry inside a read-write lock partition (the
+/// writer holding it, or waiting for its readers to leave); its value is
+/// the writer's owner token.
+pub const RWLOCK_WRITER_KEY: &str = "w";
+
+/// The start of every reader's key inside a read-write lock partition,
+/// followed by the reader's owner token (also its value).
+pub const RWLOCK_READER_PREFIX: &str = "r/";
 
 /// The key of the holder entry inside a lock partition.
 pub const LOCK_HOLDER_KEY: &str = "holder";
@@ -154,6 +175,9 @@ mod tests {
             assert!(!is_unwatched(&e));
             let s = semaphore_partition(id, resource);
             assert!(is_unwatched(&s) && may_hold_many(&s));
+            let rw = rwlock_partition(id, resource);
+            assert!(is_unwatched(&rw) && may_hold_many(&rw));
+            assert!(seen.insert(rw), "a read-write lock met another partition");
             assert!(!may_hold_many(&p) && !may_hold_many(&e));
         }
     }

@@ -15,6 +15,7 @@
 //! - [`lock`]: the distributed lock (`coord:sync/lock`).
 //! - [`lease`]: the single-writer lease (`coord:sync/lease`).
 //! - [`semaphore`]: the fenced counting semaphore (`coord:sync/semaphore`).
+//! - [`rwlock`]: the fenced read-write lock, writers preferred (`coord:sync/rwlock`).
 //! - [`ephemeral`]: per-tenant entries with TTL, snapshot and watch (`coord:sync/ephemeral`).
 //! - [`ratelimit`]: sliding-window, fixed-window and token-bucket limits (`coord:sync/ratelimit`).
 //! - [`meter`]: the rate-limit algorithms, as the store runs them.
@@ -30,6 +31,7 @@ pub mod lock;
 pub mod memory;
 pub mod meter;
 pub mod ratelimit;
+pub mod rwlock;
 pub mod semaphore;
 pub mod store;
 pub mod validate;

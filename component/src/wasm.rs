@@ -19,12 +19,14 @@ use crate::bindings::exports::coord::sync::lock::{
 use crate::bindings::exports::coord::sync::ratelimit::{
     self, Decision, Guest as RatelimitGuest, Limiter,
 };
+use crate::bindings::exports::coord::sync::rwlock::{self, Grant, Guest as RwLockGuest, Mode};
 use crate::bindings::exports::coord::sync::semaphore::{self, Guest as SemaphoreGuest, Permit};
 use crate::bindings::wasi::random::random;
 use crate::ephemeral::{Ephemeral, Watch};
 use crate::lease::Leases;
 use crate::lock::Locks;
 use crate::ratelimit::RateLimits;
+use crate::rwlock::RwLocks;
 use crate::semaphore::Semaphores;
 use crate::store::*;
 
@@ -171,6 +173,36 @@ impl SemaphoreGuest for Component {
     }
     fn force_release(id: String, resource: String, fence: u64) -> Result<bool, semaphore::Error> {
         semaphores().force_release(&id, &resource, fence)
+    }
+}
+
+fn rwlocks() -> RwLocks<HostStore, HostRandom> {
+    RwLocks::new(HostStore, HostRandom)
+}
+
+impl RwLockGuest for Component {
+    fn acquire(
+        id: String,
+        resource: String,
+        mode: Mode,
+        options: rwlock::AcquireOptions,
+    ) -> Result<rwlock::AcquireOutcome, rwlock::Error> {
+        rwlocks().acquire(&id, &resource, mode, options)
+    }
+    fn release(grant: Grant) -> Result<bool, rwlock::Error> {
+        rwlocks().release(&grant)
+    }
+    fn extend(grant: Grant, ttl_ms: Option<u64>) -> Result<rwlock::ExtendOutcome, rwlock::Error> {
+        rwlocks().extend(&grant, ttl_ms)
+    }
+    fn is_held(grant: Grant) -> Result<bool, rwlock::Error> {
+        rwlocks().is_held(&grant)
+    }
+    fn inspect(id: String, resource: String) -> Result<rwlock::Usage, rwlock::Error> {
+        rwlocks().inspect(&id, &resource)
+    }
+    fn force_release(id: String, resource: String, fence: u64) -> Result<bool, rwlock::Error> {
+        rwlocks().force_release(&id, &resource, fence)
     }
 }
 

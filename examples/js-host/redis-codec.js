@@ -25,13 +25,13 @@ export function isUnwatched(partition) {
 /**
  * Whether unwatched.lua keeps `partition` as one string, read and rewritten
  * whole by every call: an unwatched partition of a few entries (a lock's, a
- * lease's). A semaphore's (`~sem:`) may hold many entries, one per permit,
- * and is kept by redis.lua as a watched partition is, whose calls cost the
+ * lease's). A semaphore's (`~sem:`) and a read-write lock's (`~rw:`) may
+ * hold many entries, one per permit or reader, and are kept by redis.lua as a watched partition is, whose calls cost the
  * same at 10 000 entries as at none. The Rust backend's `one_string`: both
  * meet on one layout.
  */
 export function oneString(partition) {
-  return isUnwatched(partition) && !partition.startsWith('~sem:');
+  return isUnwatched(partition) && !partition.startsWith('~sem:') && !partition.startsWith('~rw:');
 }
 
 /**

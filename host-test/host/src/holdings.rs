@@ -37,6 +37,11 @@ const LEASE_KIND: &str = "~lease";
 /// (`keys::semaphore_partition`): each permit is an entry keyed by its
 /// owner token, so it is held, given back and taken back as a lock is.
 const SEMAPHORE_KIND: &str = "~sem";
+/// The kind of partition a read-write lock's grants live in
+/// (`keys::rwlock_partition`): the writer's entry and each reader's hold
+/// their owner token, so each is held, given back and taken back as a
+/// lock is (a cut writer's claim, given back, lets readers in at once).
+const RWLOCK_KIND: &str = "~rw";
 
 /// Whether `partition` holds a lock, a lease or permits: the entries a holder owns.
 fn kind(partition: &str) -> Option<&'static str> {
@@ -44,6 +49,7 @@ fn kind(partition: &str) -> Option<&'static str> {
         LOCK_KIND => Some(LOCK_KIND),
         LEASE_KIND => Some(LEASE_KIND),
         SEMAPHORE_KIND => Some(SEMAPHORE_KIND),
+        RWLOCK_KIND => Some(RWLOCK_KIND),
         _ => None,
     }
 }
@@ -80,9 +86,13 @@ pub struct Holdings {
 pub struct Sending(Option<u64>);
 
 impl Holdings {
-    /// Before a put is sent: note it if it could take a lock or a permit.
+    /// Before a put is sent: note it if it could take a lock, a permit or
+    /// a read-write lock grant.
     pub fn sending(&mut self, partition: &str, key: &str, value: &[u8]) -> Sending {
-        if !matches!(kind(partition), Some(LOCK_KIND | SEMAPHORE_KIND)) {
+        if !matches!(
+            kind(partition),
+            Some(LOCK_KIND | SEMAPHORE_KIND | RWLOCK_KIND)
+        ) {
             return Sending(None);
         }
         self.next_id += 1;
@@ -328,6 +338,10 @@ pub fn take_back_in_background(
     let acquires = match kind(partition) {
         Some(LOCK_KIND) => matches!(condition, Condition::Absent),
         Some(SEMAPHORE_KIND) => matches!(condition, Condition::AbsentAndFewerThan(_)),
+        Some(RWLOCK_KIND) => matches!(
+            condition,
+            Condition::Absent | Condition::AbsentAndFewerThan(_)
+        ),
         _ => false,
     };
     if !acquires {

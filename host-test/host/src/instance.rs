@@ -1,11 +1,11 @@
 //! One component instance, and its exports grouped by interface:
 //! `instance.lock().acquire(…)`, `instance.lease().renew(…)`,
 //! `instance.ephemeral().upsert(…)`, `instance.ratelimit().check(…)`,
-//! `instance.semaphore().acquire(…)`.
+//! `instance.semaphore().acquire(…)`, `instance.rwlock().acquire(…)`.
 
 use wasmtime::Store;
 
-use crate::{HostState, bindings, ephemeral, lease, lock, ratelimit, semaphore};
+use crate::{HostState, bindings, ephemeral, lease, lock, ratelimit, rwlock, semaphore};
 
 /// One coord component instance. The outer `Result` of each call is a trap
 /// (a bug in the component or host, never caller input); the inner one is
@@ -29,6 +29,9 @@ pub type RatelimitResult<T> = wasmtime::Result<Result<T, ratelimit::Error>>;
 
 /// What a semaphore call returns: a trap, or the interface's own result.
 pub type SemaphoreResult<T> = wasmtime::Result<Result<T, semaphore::Error>>;
+
+/// What a read-write lock call returns: a trap, or the interface's own result.
+pub type RwLockResult<T> = wasmtime::Result<Result<T, rwlock::Error>>;
 
 impl Instance {
     /// How many store calls this instance has made so far.
@@ -59,6 +62,74 @@ impl Instance {
     /// The semaphore's calls (`coord:sync/semaphore`).
     pub fn semaphore(&mut self) -> SemaphoreCalls<'_> {
         SemaphoreCalls { instance: self }
+    }
+
+    /// The read-write lock's calls (`coord:sync/rwlock`).
+    pub fn rwlock(&mut self) -> RwLockCalls<'_> {
+        RwLockCalls { instance: self }
+    }
+}
+
+/// The read-write lock interface of one [`Instance`]. Made by
+/// [`Instance::rwlock`], and taken by each call.
+pub struct RwLockCalls<'a> {
+    instance: &'a mut Instance,
+}
+
+impl RwLockCalls<'_> {
+    /// `coord:sync/rwlock.acquire`.
+    pub async fn acquire(
+        self,
+        id: &str,
+        resource: &str,
+        mode: rwlock::Mode,
+        options: rwlock::AcquireOptions,
+    ) -> RwLockResult<rwlock::AcquireOutcome> {
+        let calls = self.instance.coordinator.coord_sync_rwlock();
+        calls
+            .call_acquire(&mut self.instance.store, id, resource, mode, options)
+            .await
+    }
+
+    /// `coord:sync/rwlock.release`.
+    pub async fn release(self, grant: &rwlock::Grant) -> RwLockResult<bool> {
+        let calls = self.instance.coordinator.coord_sync_rwlock();
+        calls.call_release(&mut self.instance.store, grant).await
+    }
+
+    /// `coord:sync/rwlock.extend`.
+    pub async fn extend(
+        self,
+        grant: &rwlock::Grant,
+        ttl_ms: Option<u64>,
+    ) -> RwLockResult<rwlock::ExtendOutcome> {
+        let calls = self.instance.coordinator.coord_sync_rwlock();
+        calls
+            .call_extend(&mut self.instance.store, grant, ttl_ms)
+            .await
+    }
+
+    /// `coord:sync/rwlock.is-held`: whether this grant still holds the lock
+    /// (the commit-point check before a fenced write).
+    pub async fn is_held(self, grant: &rwlock::Grant) -> RwLockResult<bool> {
+        let calls = self.instance.coordinator.coord_sync_rwlock();
+        calls.call_is_held(&mut self.instance.store, grant).await
+    }
+
+    /// `coord:sync/rwlock.inspect`.
+    pub async fn inspect(self, id: &str, resource: &str) -> RwLockResult<rwlock::Usage> {
+        let calls = self.instance.coordinator.coord_sync_rwlock();
+        calls
+            .call_inspect(&mut self.instance.store, id, resource)
+            .await
+    }
+
+    /// `coord:sync/rwlock.force-release`.
+    pub async fn force_release(self, id: &str, resource: &str, fence: u64) -> RwLockResult<bool> {
+        let calls = self.instance.coordinator.coord_sync_rwlock();
+        calls
+            .call_force_release(&mut self.instance.store, id, resource, fence)
+            .await
     }
 }
 

@@ -57,8 +57,63 @@ use backend::Backend;
 pub use host::HostState;
 pub use instance::{
     EphemeralCalls, EphemeralResult, Instance, LeaseCalls, LeaseResult, LockCalls, LockResult,
-    RatelimitCalls, RatelimitResult, SemaphoreCalls, SemaphoreResult,
+    RatelimitCalls, RatelimitResult, RwLockCalls, RwLockResult, SemaphoreCalls, SemaphoreResult,
 };
+
+/// The WIT's defaults for an `acquire-options` record (a 30 s TTL, up to 2 s
+/// of waiting) and the methods that change them:
+/// `AcquireOptions::new().ttl_ms(10_000).no_wait()`. For the lock, the
+/// semaphore and the read-write lock, whose records are alike.
+macro_rules! acquire_options_builder {
+    ($held:literal, $when:literal) => {
+        /// The WIT's defaults: a 30 s TTL, and up to 2 s of waiting.
+        impl Default for AcquireOptions {
+            fn default() -> Self {
+                AcquireOptions {
+                    ttl_ms: None,
+                    wait: None,
+                }
+            }
+        }
+
+        impl AcquireOptions {
+            /// The WIT's defaults ([`Default`]), to change with the methods below:
+            /// `AcquireOptions::new().ttl_ms(10_000).no_wait()`.
+            pub fn new() -> Self {
+                AcquireOptions::default()
+            }
+
+            #[doc = concat!("Hold ", $held, " for `ttl_ms` milliseconds unless extended (1 to")]
+            /// 86 400 000; the WIT's default is 30 000).
+            #[must_use]
+            pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
+                self.ttl_ms = Some(ttl_ms);
+                self
+            }
+
+            #[doc = concat!("When ", $when, ", answer `busy` at once.")]
+            #[must_use]
+            pub fn no_wait(self) -> Self {
+                self.wait(WaitPolicy::NoWait)
+            }
+
+            #[doc = concat!("When ", $when, ", keep trying (woken by each release or")]
+            /// expiry) until `ms` milliseconds of store time have passed (0 to
+            /// 600 000).
+            #[must_use]
+            pub fn wait_up_to(self, ms: u64) -> Self {
+                self.wait(WaitPolicy::Timeout(ms))
+            }
+
+            #[doc = concat!("When ", $when, ", follow `policy`.")]
+            #[must_use]
+            pub fn wait(mut self, policy: WaitPolicy) -> Self {
+                self.wait = Some(policy);
+                self
+            }
+        }
+    };
+}
 
 /// The lock interface's types, as the host sees them (`coord:sync/lock`).
 pub mod lock {
@@ -67,52 +122,7 @@ pub mod lock {
         Retry, WaitPolicy,
     };
 
-    /// The WIT's defaults: a 30 s TTL, and up to 2 s of waiting.
-    impl Default for AcquireOptions {
-        fn default() -> Self {
-            AcquireOptions {
-                ttl_ms: None,
-                wait: None,
-            }
-        }
-    }
-
-    impl AcquireOptions {
-        /// The WIT's defaults ([`Default`]), to change with the methods below:
-        /// `AcquireOptions::new().ttl_ms(10_000).no_wait()`.
-        pub fn new() -> Self {
-            AcquireOptions::default()
-        }
-
-        /// Hold the lock for `ttl_ms` milliseconds unless extended (1 to
-        /// 86 400 000; the WIT's default is 30 000).
-        #[must_use]
-        pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
-            self.ttl_ms = Some(ttl_ms);
-            self
-        }
-
-        /// When the lock is held, answer `busy` at once.
-        #[must_use]
-        pub fn no_wait(self) -> Self {
-            self.wait(WaitPolicy::NoWait)
-        }
-
-        /// When the lock is held, keep trying (woken by each release or
-        /// expiry) until `ms` milliseconds of store time have passed (0 to
-        /// 600 000).
-        #[must_use]
-        pub fn wait_up_to(self, ms: u64) -> Self {
-            self.wait(WaitPolicy::Timeout(ms))
-        }
-
-        /// When the lock is held, follow `policy`.
-        #[must_use]
-        pub fn wait(mut self, policy: WaitPolicy) -> Self {
-            self.wait = Some(policy);
-            self
-        }
-    }
+    acquire_options_builder!("the lock", "the lock is held");
 }
 
 /// The lease interface's types, as the host sees them (`coord:sync/lease`).
@@ -141,6 +151,17 @@ pub mod ratelimit {
     };
 }
 
+/// The read-write lock's types, as the host sees them (`coord:sync/rwlock`).
+pub mod rwlock {
+    pub use crate::bindings::exports::coord::sync::lock::{Retry, WaitPolicy};
+    pub use crate::bindings::exports::coord::sync::rwlock::{
+        AcquireOptions, AcquireOutcome, Error, ExtendOutcome, Grant, Holder, InvalidArgument, Mode,
+        Usage,
+    };
+
+    acquire_options_builder!("the grant", "the lock is held in an excluding mode");
+}
+
 /// The semaphore's types, as the host sees them (`coord:sync/semaphore`).
 pub mod semaphore {
     pub use crate::bindings::exports::coord::sync::semaphore::{
@@ -148,51 +169,7 @@ pub mod semaphore {
         Retry, Usage, WaitPolicy,
     };
 
-    /// The WIT's defaults: a 30 s TTL, and up to 2 s of waiting.
-    impl Default for AcquireOptions {
-        fn default() -> Self {
-            AcquireOptions {
-                ttl_ms: None,
-                wait: None,
-            }
-        }
-    }
-
-    impl AcquireOptions {
-        /// The WIT's defaults ([`Default`]), to change with the methods below.
-        pub fn new() -> Self {
-            AcquireOptions::default()
-        }
-
-        /// Hold the permit for `ttl_ms` milliseconds unless extended (1 to
-        /// 86 400 000; the WIT's default is 30 000).
-        #[must_use]
-        pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
-            self.ttl_ms = Some(ttl_ms);
-            self
-        }
-
-        /// When every place is taken, answer `busy` at once.
-        #[must_use]
-        pub fn no_wait(self) -> Self {
-            self.wait(WaitPolicy::NoWait)
-        }
-
-        /// When every place is taken, keep trying (woken by each release or
-        /// expiry) until `ms` milliseconds of store time have passed (0 to
-        /// 600 000).
-        #[must_use]
-        pub fn wait_up_to(self, ms: u64) -> Self {
-            self.wait(WaitPolicy::Timeout(ms))
-        }
-
-        /// When every place is taken, follow `policy`.
-        #[must_use]
-        pub fn wait(mut self, policy: WaitPolicy) -> Self {
-            self.wait = Some(policy);
-            self
-        }
-    }
+    acquire_options_builder!("the permit", "every place is taken");
 }
 
 /// The coord component (`coord.wasm`), built from `component/`.

@@ -219,7 +219,7 @@ impl Default for ServeMetrics {
         );
         registry.register(
             "waiting",
-            "Store waits in progress (requests waiting for a lock, a semaphore place or a change), by what they wait for",
+            "Store waits in progress (requests waiting for a lock, a semaphore place, a read-write lock grant or a change), by what they wait for",
             waiting.clone(),
         );
         registry.register(
@@ -362,6 +362,8 @@ impl<'a> Waiting<'a> {
             "lock"
         } else if partition.starts_with("~sem:") {
             "semaphore"
+        } else if partition.starts_with("~rw:") {
+            "rwlock"
         } else {
             "other"
         };

@@ -484,3 +484,38 @@ pub fn applied(reply: coord_host::backend::WriteReply) -> coord_host::backend::E
         }
     }
 }
+
+/// A deterministic pseudo-random sequence, so that a failing run of a test
+/// that draws TTLs, modes or pauses repeats exactly.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Moves the store's clock in small random steps (below `max_step`
+/// milliseconds) until told to stop, so holders expire while they work
+/// and waits on store time end.
+pub fn clock_mover(
+    h: &Harness,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    max_step: u64,
+) -> tokio::task::JoinHandle<()> {
+    let clock = h.clone_clock();
+    tokio::spawn(async move {
+        let mut rng = Lcg(99);
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            clock.advance(rng.below(max_step));
+            for _ in 0..5 {
+                tokio::task::yield_now().await;
+            }
+        }
+    })
+}

@@ -30,8 +30,9 @@ def is_unwatched(partition: str) -> bool:
 
 def may_hold_many(partition: str) -> bool:
     """Whether ``partition`` may hold many entries: a semaphore's (``~sem:``),
-    one entry per permit held. The component's ``keys::may_hold_many``."""
-    return partition.startswith("~sem:")
+    one entry per permit held, or a read-write lock's (``~rw:``), one per
+    reader. The component's ``keys::may_hold_many``."""
+    return partition.startswith(("~sem:", "~rw:"))
 
 
 class StoreError(Exception):

@@ -29,6 +29,7 @@ mod limits;
 mod lock;
 mod ratelimit;
 mod reservations;
+mod rwlock;
 mod semaphore;
 mod with_lock;
 

@@ -16,6 +16,7 @@ use coord_host::lock::*;
 use coord_host::ratelimit::{Algorithm, Limiter};
 use coord_host::{Instance, Runtime};
 use coord_testing::faulty::FaultyBackend;
+use coord_testing::{Lcg, clock_mover};
 
 const HISTORY: usize = 1024;
 
@@ -23,19 +24,6 @@ per_backend!(
     fenced_writes_stay_safe_under_contention_and_expiring_holders,
     injected_store_faults_never_grant_wrongly_and_work_resumes,
 );
-
-/// A deterministic pseudo-random sequence.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
 
 /// The external system the locks protect: per resource a value and the
 /// highest fence seen, which refuses any access with a lower fence.
@@ -69,21 +57,6 @@ impl FencedRegister {
     fn value(&self, resource: &str) -> u64 {
         self.cells.lock().unwrap().get(resource).map_or(0, |c| c.0)
     }
-}
-
-/// Moves the store's clock in small random steps until told to stop, so
-/// holders expire while they work.
-fn clock_mover(h: &Harness, stop: Arc<AtomicBool>, max_step: u64) -> tokio::task::JoinHandle<()> {
-    let clock = h.clone_clock();
-    tokio::spawn(async move {
-        let mut rng = Lcg(99);
-        while !stop.load(Ordering::SeqCst) {
-            clock.advance(rng.below(max_step));
-            for _ in 0..5 {
-                tokio::task::yield_now().await;
-            }
-        }
-    })
 }
 
 #[derive(Default)]

@@ -2,22 +2,10 @@
 //! `unavailable` before or after the store applied them, on every backend.
 
 use super::*;
+use coord_testing::Lcg;
 use coord_testing::faulty::FaultyBackend;
 
 per_backend!(injected_store_faults_never_exceed_the_limit_and_leave_no_permit_behind,);
-
-/// A deterministic pseudo-random sequence.
-pub(super) struct Lcg(pub(super) u64);
-
-impl Lcg {
-    pub(super) fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
 
 /// Under a fifth of store calls failing (half after applying), with the
 /// clock moving: every granted permit is in the store, the store never

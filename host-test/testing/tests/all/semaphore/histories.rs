@@ -321,6 +321,6 @@ fn the_semaphore_model_refuses_what_it_must() {
     );
 }
 
-fn faults_rng(seed: u64) -> super::faults::Lcg {
-    super::faults::Lcg(seed)
+fn faults_rng(seed: u64) -> coord_testing::Lcg {
+    coord_testing::Lcg(seed)
 }
