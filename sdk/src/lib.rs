@@ -7,9 +7,11 @@
 //! fly). This crate gives it:
 //!
 //! - the generated interfaces, as they are: [`lock`], [`lease`],
-//!   [`ephemeral`], [`ratelimit`], [`semaphore`];
+//!   [`ephemeral`], [`ratelimit`], [`semaphore`], [`rwlock`];
 //! - [`with_permit`]: run work holding one of a semaphore's permits, and
 //!   always release it;
+//! - [`with_read`] and [`with_write`]: run work under a read-write lock in
+//!   one mode, and always release it;
 //! - [`ReservationGuard`]: reserve an estimated cost, record what the work
 //!   used, and settle that when the guard is dropped;
 //! - [`with_lock`]: run work under a lock and always release it. A WASI 0.2
@@ -45,11 +47,13 @@
 mod permit;
 mod reservation;
 mod run;
+mod rw;
 mod space;
 
 pub use permit::{Admitted, with_permit};
 pub use reservation::ReservationGuard;
 pub use run::{LockGuard, Lost, LostBecause, Ran, with_lock};
+pub use rw::{Granted, with_read, with_write};
 pub use space::{Entry, Snapshot, Space, SpaceError};
 
 /// The generated bindings of the `client` world. Another crate's
@@ -64,4 +68,4 @@ pub mod bindings {
     });
 }
 
-pub use bindings::coord::sync::{ephemeral, lease, lock, ratelimit, semaphore};
+pub use bindings::coord::sync::{ephemeral, lease, lock, ratelimit, rwlock, semaphore};

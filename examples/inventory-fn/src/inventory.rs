@@ -1,6 +1,7 @@
 //! The routes: stock under a fenced lock, rate-limited exports, editors'
 //! presence, reports limited to a few at once per tenant (a semaphore),
 //! and summaries charged what they produced (a rate-limit reservation).
+//! The catalog's routes, under a read-write lock, are in `catalog.rs`.
 
 use crate::http::{Reply, Request};
 use crate::records::{self, Refused};
@@ -12,7 +13,7 @@ use serde_json::json;
 const LOCK_ID: &str = "inventory.stock";
 const LOCK_TTL_MS: u64 = 10_000;
 /// The longest a request may ask to wait for the lock.
-const MAX_WAIT_MS: u64 = 30_000;
+pub(crate) const MAX_WAIT_MS: u64 = 30_000;
 
 /// The export limiter (seed 000: 10 per user per 60 s, sliding).
 fn exports_limiter() -> ratelimit::Limiter {
@@ -47,6 +48,8 @@ pub fn route(request: &Request) -> Reply {
         ("DELETE", ["items", item, "lock"]) => release(request, item),
         ("POST", ["exports"]) => export(request),
         ("POST", ["reports", tenant]) => report(request, tenant),
+        ("GET", ["catalog"]) => crate::catalog::read(request),
+        ("POST", ["catalog", "rebuild"]) => crate::catalog::rebuild(request),
         ("POST", ["summaries"]) => summarize(request),
         ("GET", ["items", item, "editors"]) => snapshot(item),
         ("GET", ["items", item, "editors", "watch"]) => watch(request, item),
@@ -197,7 +200,7 @@ fn audit(request: &Request, item: &str) -> Reply {
 }
 
 /// Block this instance for `ms` (a step of work), on `wasi:clocks`.
-fn sleep_ms(ms: u64) {
+pub(crate) fn sleep_ms(ms: u64) {
     wasip2::clocks::monotonic_clock::subscribe_duration(ms.saturating_mul(1_000_000)).block();
 }
 
@@ -659,7 +662,7 @@ fn required_i64(request: &Request, name: &str) -> Result<i64, Reply> {
         .map_err(|_| Reply::error(400, name, "not a whole number"))
 }
 
-fn optional_u64(request: &Request, name: &str, max: u64) -> Result<Option<u64>, Reply> {
+pub(crate) fn optional_u64(request: &Request, name: &str, max: u64) -> Result<Option<u64>, Reply> {
     let Some(text) = request.param(name) else {
         return Ok(None);
     };

@@ -23,6 +23,8 @@
 //! | `DELETE /items/{item}/editors/{session}` | leave |
 //! | `GET /items/{item}/editors` | snapshot of the editors, with its revision |
 //! | `GET /items/{item}/editors/watch[?after=R][&timeout_ms=T]` | long-poll the changes after `R` |
+//! | `GET /catalog[?work_ms=W&wait_ms=T]` | the items, under a read grant beside other readers (409 while a rebuild holds or waits) |
+//! | `POST /catalog/rebuild[?work_ms=W&wait_ms=T]` | hold the catalog alone for `W` ms (≤ 10 000), as a rebuild would |
 //!
 //! Fences and revisions are JSON strings: they are 64-bit and JavaScript
 //! numbers are not (seed 000: "convert a fence to a string").
@@ -39,6 +41,7 @@
 #[global_allocator]
 static ALLOCATOR: coord_region::Region<{ 64 * 1024 }> = coord_region::Region::new();
 
+mod catalog;
 mod http;
 mod inventory;
 mod records;
@@ -55,6 +58,7 @@ mod bindings {
             "coord:sync/ephemeral@0.1.0": coord_sdk::ephemeral,
             "coord:sync/ratelimit@0.1.0": coord_sdk::ratelimit,
             "coord:sync/semaphore@0.1.0": coord_sdk::semaphore,
+            "coord:sync/rwlock@0.1.0": coord_sdk::rwlock,
         },
         generate_all,
     });

@@ -8,6 +8,7 @@ use coord_host::backend::memory::MemoryBackend;
 use coord_host::ephemeral::Space;
 use coord_host::lock::{AcquireOptions, AcquireOutcome};
 use coord_host::ratelimit::Limiter;
+use coord_host::rwlock::{self, Mode};
 use coord_host::{COMPONENT, Runtime, engine_config};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -39,6 +40,7 @@ fn the_component_imports_only_the_store_and_randomness_and_exports_the_primitive
             "coord:sync/lease@0.1.0",
             "coord:sync/lock@0.1.0",
             "coord:sync/ratelimit@0.1.0",
+            "coord:sync/rwlock@0.1.0",
             "coord:sync/semaphore@0.1.0"
         ]
     );
@@ -94,6 +96,20 @@ async fn calls_that_fit_never_grow_the_memory_the_instance_starts_with() {
             panic!("busy on an uncontended lock");
         };
         assert!(instance.lock().release(&lock).await.unwrap().unwrap());
+        let mode = if k % 2 == 0 { Mode::Read } else { Mode::Write };
+        let rw_options = coord_host::rwlock::AcquireOptions::new()
+            .ttl_ms(30_000)
+            .no_wait();
+        let rwlock::AcquireOutcome::Acquired(grant) = instance
+            .rwlock()
+            .acquire("memory.rwlock", &key, mode, rw_options)
+            .await
+            .unwrap()
+            .unwrap()
+        else {
+            panic!("busy on an uncontended read-write lock");
+        };
+        assert!(instance.rwlock().release(&grant).await.unwrap().unwrap());
         instance
             .ratelimit()
             .check(&limiter, &key, None)
