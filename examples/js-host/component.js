@@ -29,7 +29,7 @@ const random = {
  * A new instance of coord.wasm on `store` (an object with the functions of
  * wit/store.wit's `store` interface, named as jco names them; default: the
  * forwarder of host-store.js, which `useStore` points). Returns its exports:
- * `{ lock, lease, semaphore, ephemeral, ratelimit }`, as jco binds them.
+ * `{ lock, lease, semaphore, rwlock, ephemeral, ratelimit }`, as jco binds them.
  */
 export function instantiate(store = hostStore) {
   const exports = instantiateTranspiled(coreModule, {
@@ -40,6 +40,7 @@ export function instantiate(store = hostStore) {
     lock: exports.lock,
     lease: exports.lease,
     semaphore: exports.semaphore,
+    rwlock: exports.rwlock,
     ephemeral: exports.ephemeral,
     ratelimit: exports.ratelimit,
   };
@@ -49,4 +50,4 @@ export function instantiate(store = hostStore) {
 export const shared = instantiate();
 
 /** The shared instance's interfaces, for the tests and the benchmark. */
-export const { lock, lease, semaphore, ephemeral, ratelimit } = shared;
+export const { lock, lease, semaphore, rwlock, ephemeral, ratelimit } = shared;

@@ -382,6 +382,94 @@ function semaphoreOn(c, options) {
   return { id, limit: places, acquire, release, extend, isHeld, inspect, forceRelease, withPermit };
 }
 
+// wit/rwlock.wit's `mode` cases.
+const MODES = ['read', 'write'];
+
+/**
+ * A fenced read-write lock named `id` (wit/rwlock.wit): many readers or one
+ * writer per resource, across every host on the store; writers are
+ * preferred. `ttlMs` (default 30000) is how long a grant lasts unless
+ * extended; `retry` or `timeoutMs` how long to wait (default: 11 attempts,
+ * 200 ms apart). Grants are plain data with a bigint `fence`.
+ */
+function rwLockOn(c, options) {
+  const { id, ttlMs, retry, timeoutMs } = arg.options('options', options);
+  arg.string('id', id);
+  const defaults = { ttlMs: arg.u64('options.ttl-ms', ttlMs ?? 30000), wait: waitPolicy({ retry, timeoutMs }) };
+
+  /** A grant of `resource` in `mode` ('read' or 'write'), or null when busy. Options override `ttlMs`, `retry`, `timeoutMs`. */
+  function acquire(resource, mode, options) {
+    arg.string('resource', resource);
+    arg.oneOf('mode', mode, MODES);
+    const opts = arg.options('options', options);
+    const ttlMs = given(opts.ttlMs) ? arg.u64('options.ttl-ms', opts.ttlMs) : defaults.ttlMs;
+    const wait = given(opts.retry) || given(opts.timeoutMs) ? waitPolicy(opts) : defaults.wait;
+    const outcome = translated(() => c.rwlock.acquire(id, resource, mode, { ttlMs, wait }));
+    return outcome.tag === 'acquired' ? outcome.val : null;
+  }
+
+  /** Release a grant: true when this call freed it, false when it was no longer held. */
+  function release(held) {
+    const record = grant(held);
+    return translated(() => c.rwlock.release(record));
+  }
+
+  /** Push a grant's expiry to `ttlMs` (default: its own TTL) from now: the updated grant, or null when it was lost. */
+  function extend(held, options) {
+    const record = grant(held);
+    const ttlMs = arg.optional(arg.u64, 'ttl-ms', arg.options('options', options).ttlMs);
+    const outcome = translated(() => c.rwlock.extend(record, ttlMs));
+    return outcome.tag === 'extended' ? outcome.val : null;
+  }
+
+  /** Whether `held` still holds the lock (the commit-point check before a fenced write). */
+  function isHeld(held) {
+    const record = grant(held);
+    return translated(() => c.rwlock.isHeld(record));
+  }
+
+  /** The writer's entry and the live readers of `resource`: {writer, readers: [{mode, fence, remainingMs}], now}. */
+  function inspect(resource) {
+    arg.string('resource', resource);
+    return translated(() => c.rwlock.inspect(id, resource));
+  }
+
+  /** Free the grant of `resource` with this fence, read or write (an operator's action); true when it was removed. */
+  function forceRelease(resource, fence) {
+    arg.string('resource', resource);
+    const f = arg.u64('fence', fence);
+    return translated(() => c.rwlock.forceRelease(id, resource, f));
+  }
+
+  /**
+   * Run `fn(grant)` holding `resource` in `mode`, and release it after,
+   * whether `fn` returned or threw; returns what `fn` returns, or null when
+   * busy (`fn` did not run). The grant is not extended while `fn` runs.
+   */
+  async function withMode(mode, resource, fn, options) {
+    arg.callable('fn', fn);
+    const held = acquire(resource, mode, options);
+    if (held === null) return null;
+    try {
+      return await fn(held);
+    } finally {
+      release(held);
+    }
+  }
+
+  return {
+    id, acquire, release, extend, isHeld, inspect, forceRelease,
+    withRead: (resource, fn, options) => withMode('read', resource, fn, options),
+    withWrite: (resource, fn, options) => withMode('write', resource, fn, options),
+  };
+}
+
+/** A rwlock.wit `grant` as the caller gives it back, fields named `grant.<field>`. */
+function grant(value) {
+  const held = arg.heldLock(value, 'grant');
+  return { ...held, mode: arg.oneOf('grant.mode', value.mode, MODES) };
+}
+
 // wit/ratelimit.wit's `algorithm` cases.
 const ALGORITHMS = ['sliding-window', 'fixed-window', 'token-bucket'];
 
@@ -494,6 +582,7 @@ export function createCoord(options) {
   return {
     mutex: (o) => mutexOn(c, o),
     semaphore: (o) => semaphoreOn(c, o),
+    rwLock: (o) => rwLockOn(c, o),
     ephemeralSpace: (o) => ephemeralSpaceOn(c, o),
     rateLimiter: (o) => rateLimiterOn(c, o),
     lease: leaseOn(c),
@@ -506,6 +595,8 @@ export function createCoord(options) {
 export const mutex = (options) => mutexOn(shared, options);
 /** A semaphore on the shared instance. */
 export const semaphore = (options) => semaphoreOn(shared, options);
+/** A read-write lock on the shared instance. */
+export const rwLock = (options) => rwLockOn(shared, options);
 /** An ephemeral space on the shared instance. */
 export const ephemeralSpace = (options) => ephemeralSpaceOn(shared, options);
 /** A rate limiter on the shared instance. */

@@ -103,6 +103,47 @@ export interface Semaphore {
   ): Promise<T | null>;
 }
 
+/** A read-write lock's grant: plain data, given back to release or extend it. */
+export interface Grant {
+  id: string;
+  resource: string;
+  mode: 'read' | 'write';
+  owner: string;
+  fence: bigint;
+  ttlMs: bigint;
+  expiresAt: bigint;
+}
+
+/** A grant somebody holds, without its owner token. */
+export interface GrantHolder {
+  mode: 'read' | 'write';
+  fence: bigint;
+  remainingMs: bigint;
+}
+
+/** A fenced read-write lock: many readers or one writer per resource, writers preferred. */
+export interface RwLock {
+  readonly id: string;
+  acquire(resource: string, mode: 'read' | 'write', options?: { ttlMs?: Integer } & WaitOptions): Grant | null;
+  release(held: Grant): boolean;
+  extend(held: Grant, options?: { ttlMs?: Integer }): Grant | null;
+  isHeld(held: Grant): boolean;
+  /** The writer's entry (holding, or waiting while readers are listed) and the live readers. */
+  inspect(resource: string): { writer: GrantHolder | undefined; readers: GrantHolder[]; now: bigint };
+  /** Free the grant of `resource` with this fence, read or write: true when one was freed. */
+  forceRelease(resource: string, fence: Integer): boolean;
+  /** Run `fn` beside other readers and release after: what `fn` returns, or null when busy. */
+  withRead<T>(resource: string, fn: (grant: Grant) => T | Promise<T>, options?: { ttlMs?: Integer } & WaitOptions): Promise<T | null>;
+  /** Run `fn` alone (no reader, no other writer) and release after: what `fn` returns, or null when busy. */
+  withWrite<T>(resource: string, fn: (grant: Grant) => T | Promise<T>, options?: { ttlMs?: Integer } & WaitOptions): Promise<T | null>;
+}
+
+/** Options of a read-write lock. */
+export interface RwLockOptions extends WaitOptions {
+  id: string;
+  ttlMs?: Integer;
+}
+
 /** An entry of an ephemeral space, its value decoded. */
 export interface Entry<V> {
   key: string;
@@ -242,6 +283,7 @@ export interface Store {
 export interface Coord {
   mutex(options: MutexOptions): Mutex;
   semaphore(options: SemaphoreOptions): Semaphore;
+  rwLock(options: RwLockOptions): RwLock;
   ephemeralSpace<V = unknown>(options: SpaceOptions): EphemeralSpace<V>;
   rateLimiter(options: LimiterOptions): RateLimiter;
   lease: Leases;
@@ -258,6 +300,8 @@ export function createCoord(options?: { store?: Store }): Coord;
 export function mutex(options: MutexOptions): Mutex;
 /** A semaphore on the shared instance. */
 export function semaphore(options: SemaphoreOptions): Semaphore;
+/** A read-write lock on the shared instance. */
+export function rwLock(options: RwLockOptions): RwLock;
 /** An ephemeral space on the shared instance. */
 export function ephemeralSpace<V = unknown>(options: SpaceOptions): EphemeralSpace<V>;
 /** A rate limiter on the shared instance. */

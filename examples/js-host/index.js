@@ -1,4 +1,4 @@
-// coord-sync: distributed locks, leases, semaphores, ephemeral state and
+// coord-sync: distributed locks, read-write locks, leases, semaphores, ephemeral state and
 // rate limits for JavaScript, run by the unchanged coord.wasm component
 // (transpiled by jco) on a store in memory or on Redis.
 //
@@ -8,7 +8,7 @@
 import * as memory from './store.js';
 
 export {
-  createCoord, mutex, semaphore, ephemeralSpace, rateLimiter, lease,
+  createCoord, mutex, semaphore, rwLock, ephemeralSpace, rateLimiter, lease,
 } from './coord.js';
 export {
   CoordError, InvalidArgument, Unavailable, NotHolder, InGrace, Internal,

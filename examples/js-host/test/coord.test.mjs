@@ -11,7 +11,7 @@ import { REDIS_URL, dropKeys, uniquePrefix } from './redis-env.js';
 const prefix = uniquePrefix('coord');
 const store = redisStore(REDIS_URL, { prefix });
 useStore(store);
-const { mutex, semaphore, ephemeralSpace, rateLimiter, lease, InvalidArgument, NotHolder, Unavailable } = await import('../coord.js');
+const { mutex, semaphore, rwLock, ephemeralSpace, rateLimiter, lease, InvalidArgument, NotHolder, Unavailable } = await import('../coord.js');
 
 after(async () => {
   await dropKeys(prefix);
@@ -39,6 +39,37 @@ test('an unreachable store is Unavailable from withLock, not null', async () => 
 
 // The same tests on whichever store `useStore` picked before them.
 function wrapperTests() {
+  test('a read-write lock shares among readers, excludes a writer, prefers it, and withWrite releases', async () => {
+    const catalog = rwLock({ id: 'inventory.catalog', ttlMs: 60000, retry: { maxAttempts: 1 } });
+    const resource = `all:${Math.random()}`;
+    const a = catalog.acquire(resource, 'read');
+    const b = catalog.acquire(resource, 'read', { ttlMs: 1000 });
+    assert.ok(a && b && a.mode === 'read');
+    assert.equal(catalog.acquire(resource, 'write'), null, 'a writer beside two readers');
+    const usage = catalog.inspect(resource);
+    assert.equal(usage.writer, undefined, 'the writer that gave up left no claim');
+    assert.deepEqual(usage.readers.map((r) => r.fence), [a.fence, b.fence]);
+    assert.ok(!JSON.stringify(usage, (_, v) => (typeof v === 'bigint' ? String(v) : v)).includes(a.owner));
+    assert.equal(await catalog.withWrite(resource, async () => 'ran'), null, 'fn does not run while readers hold');
+    assert.equal(catalog.release(a), true);
+    assert.equal(catalog.release(a), false);
+    assert.equal(catalog.forceRelease(resource, b.fence), true);
+    const result = await catalog.withWrite(resource, async (grant) => {
+      assert.ok(grant.fence > b.fence && grant.mode === 'write');
+      assert.equal(catalog.isHeld(grant), true);
+      assert.equal(catalog.acquire(resource, 'read'), null, 'a reader beside the writer');
+      const extended = catalog.extend(grant, { ttlMs: 5000 });
+      assert.equal(extended.fence, grant.fence);
+      return 'ran';
+    });
+    assert.equal(result, 'ran');
+    assert.deepEqual(catalog.inspect(resource).readers, [], 'no reader got in');
+    assert.equal(catalog.inspect(resource).writer, undefined, 'withWrite released its grant');
+    assert.equal(await catalog.withRead(resource, async (grant) => grant.mode), 'read');
+    assert.throws(() => catalog.acquire(resource, 'shared'), (e) => e instanceof InvalidArgument && e.field === 'mode');
+    assert.throws(() => catalog.release({ ...a, mode: 'both' }), (e) => e instanceof InvalidArgument && e.field === 'grant.mode');
+  });
+
   test('a semaphore grants at most its limit, fences rise, busy is null, and a release frees one place', async () => {
     const api = semaphore({ id: 'partner.api', limit: 2, ttlMs: 60000, retry: { maxAttempts: 1 } });
     const resource = `tenant:${Math.random()}`;

@@ -9,7 +9,7 @@ test('the entry point exports the public API and nothing else', () => {
   assert.deepEqual(Object.keys(coord).sort(), [
     'CoordError', 'InGrace', 'Internal', 'InvalidArgument', 'NotHolder', 'Unavailable',
     'createCoord', 'currentStore', 'ephemeralSpace', 'lease', 'memoryStore', 'mutex',
-    'rateLimiter', 'redisStore', 'semaphore', 'useStore',
+    'rateLimiter', 'redisStore', 'rwLock', 'semaphore', 'useStore',
   ]);
 });
 

@@ -1,5 +1,5 @@
-"""coord for Python: distributed locks, leases, ephemeral state, rate
-limits and semaphores, run by the unchanged coord.wasm component on a store
+"""coord for Python: distributed locks, read-write locks, leases, ephemeral
+state, rate limits and semaphores, run by the unchanged coord.wasm component on a store
 in memory or on Redis.
 
     import coord
@@ -18,13 +18,15 @@ from .errors import (
 from .lease import HeldLease, LeaseHolder
 from .locks import HeldLock, Holder, LockContext
 from .ratelimit import Decision, Limiter, Reservation
+from .rwlock import Grant, GrantContext, GrantHolder, RwUsage
 from .semaphore import Permit, PermitContext, PermitHolder, Usage
 from .store import MemoryStore, RedisStore
 
 __all__ = [
-    "Busy", "Component", "Coord", "CoordError", "Decision", "Entry", "Event", "HeldLease",
+    "Busy", "Component", "Coord", "CoordError", "Decision", "Entry", "Event", "Grant",
+    "GrantContext", "GrantHolder", "HeldLease",
     "HeldLock", "Holder", "InGrace", "Internal", "InvalidArgument", "LeaseHolder", "Limiter",
     "LockContext", "Lost", "MemoryStore", "NotHolder", "Permit", "PermitContext",
-    "PermitHolder", "RedisStore", "Reservation", "Snapshot", "Space", "Unavailable", "Usage", "Watch",
+    "PermitHolder", "RedisStore", "Reservation", "RwUsage", "Snapshot", "Space", "Unavailable", "Usage", "Watch",
     "Written", "compile_component", "find_wasm",
 ]

@@ -10,13 +10,14 @@ from .ephemeral import EphemeralAPI
 from .lease import LeaseAPI
 from .locks import LockAPI
 from .ratelimit import RateLimitAPI
+from .rwlock import RwLockAPI
 from .semaphore import SemaphoreAPI
 from .store.memory import MemoryStore
 from .store.types import Store
 
 
-class Coord(LockAPI, EphemeralAPI, RateLimitAPI, LeaseAPI, SemaphoreAPI):
-    """Locks, ephemeral state, rate limits, leases and semaphores, run by the coord component
+class Coord(LockAPI, EphemeralAPI, RateLimitAPI, LeaseAPI, SemaphoreAPI, RwLockAPI):
+    """Locks, read-write locks, ephemeral state, rate limits, leases and semaphores, run by the coord component
     on ``store`` (default: a new :class:`~coord.MemoryStore`, private to this
     instance).
 
