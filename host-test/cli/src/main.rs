@@ -67,6 +67,10 @@ enum Command {
     /// See a semaphore's permits, or free one (operator commands).
     #[command(subcommand)]
     Semaphore(operate::SemaphoreCommand),
+    /// See a read-write lock's writer and readers, or free a grant
+    /// (operator commands).
+    #[command(subcommand)]
+    Rwlock(operate::RwLockCommand),
 }
 
 #[derive(Args)]
@@ -190,6 +194,7 @@ async fn main() -> ExitCode {
         Command::Ephemeral(command) => operate::ephemeral(command).await,
         Command::Limit(command) => operate::limit(command).await,
         Command::Semaphore(command) => operate::semaphore(command).await,
+        Command::Rwlock(command) => operate::rwlock(command).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

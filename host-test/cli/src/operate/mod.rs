@@ -24,7 +24,9 @@ use serde_json::json;
 use crate::terminal::{json_line, text, value_field};
 use crate::{StoreArgs, Target, backend_for, store_failure};
 
+mod rwlock;
 mod semaphore;
+pub use rwlock::{RwLockCommand, rwlock};
 pub use semaphore::{SemaphoreCommand, semaphore};
 
 /// `coord lock …`
@@ -221,6 +223,7 @@ sentence_for!(
     coord_host::ephemeral::Error,
     coord_host::ratelimit::Error,
     coord_host::semaphore::Error,
+    coord_host::rwlock::Error,
 );
 
 /// A WIT field as the operator typed it: the argument or flag.

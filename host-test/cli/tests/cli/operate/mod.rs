@@ -368,3 +368,94 @@ async fn semaphore_commands_show_the_permits_and_free_exactly_the_one_named() {
     );
     assert_eq!(again.status.code(), Some(1), "no live permit at that fence");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rwlock_commands_show_the_writer_waiting_and_free_exactly_the_grant_named() {
+    use coord_host::rwlock::{AcquireOptions, AcquireOutcome, Mode};
+    let url = redis_url().await;
+    let config = redis_config(&url, 64, None);
+    let prefix = config.prefix.clone();
+    let backend = Arc::new(RedisBackend::connect(config).await.unwrap());
+    let runtime = Runtime::new(backend).unwrap();
+    let mut i = runtime.instantiate().await.unwrap();
+    let options = AcquireOptions::new().ttl_ms(60_000).no_wait();
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let outcome = i.rwlock().acquire("catalog", "all", Mode::Read, options);
+        let AcquireOutcome::Acquired(grant) = outcome.await.unwrap().unwrap() else {
+            panic!("acquire")
+        };
+        readers.push(grant);
+    }
+    // A writer waiting for them, on an instance of its own.
+    let mut w = runtime.instantiate().await.unwrap();
+    let writer = tokio::spawn(async move {
+        let wait = AcquireOptions::new().ttl_ms(60_000).wait_up_to(600_000);
+        let outcome = w.rwlock().acquire("catalog", "all", Mode::Write, wait);
+        outcome.await.unwrap().unwrap()
+    });
+    let args = ["rwlock", "inspect", "catalog", "all"];
+    let seen = loop {
+        let inspected = coord(&[&args[..], &["--json"]].concat(), &url, &prefix, "");
+        assert!(inspected.status.success());
+        let seen = json(&inspected);
+        if !seen["writer"].is_null() {
+            break seen;
+        }
+        assert!(
+            !writer.is_finished(),
+            "the writer got in beside two readers"
+        );
+    };
+    let fences: Vec<String> = readers.iter().map(|g| g.fence.to_string()).collect();
+    assert_eq!(seen["readers"][0]["fence"], fences[0]);
+    assert_eq!(seen["readers"][1]["fence"], fences[1]);
+    assert_eq!(seen["writer"]["waiting"], true);
+    let table = String::from_utf8_lossy(&coord(&args, &url, &prefix, "").stdout).to_string();
+    assert!(table.contains("readers 2"), "{table}");
+    assert!(table.contains("writer waiting"), "{table}");
+    assert!(
+        !table.contains(&readers[0].owner),
+        "no owner token is shown"
+    );
+
+    let release = ["rwlock", "release", "--force", "catalog", "all"];
+    let declined = coord(
+        &[&release[..], &[&fences[0]]].concat(),
+        &url,
+        &prefix,
+        "n\n",
+    );
+    assert_eq!(declined.status.code(), Some(1));
+    assert!(i.rwlock().is_held(&readers[0]).await.unwrap().unwrap());
+    for fence in &fences {
+        let released = coord(
+            &[&release[..], &["--yes", fence, "--json"]].concat(),
+            &url,
+            &prefix,
+            "",
+        );
+        assert!(released.status.success());
+        assert_eq!(json(&released)["released"], true);
+    }
+    // Both readers freed by the operator: the waiting writer gets in.
+    let AcquireOutcome::Acquired(granted) = writer.await.unwrap() else {
+        panic!("the writer stayed busy");
+    };
+    assert!(!i.rwlock().is_held(&readers[0]).await.unwrap().unwrap());
+    let shown = json(&coord(
+        &[&args[..], &["--json"]].concat(),
+        &url,
+        &prefix,
+        "",
+    ));
+    assert_eq!(shown["writer"]["fence"], granted.fence.to_string());
+    assert_eq!(shown["writer"]["waiting"], false);
+    let again = coord(
+        &[&release[..], &["--yes", &fences[0]]].concat(),
+        &url,
+        &prefix,
+        "",
+    );
+    assert_eq!(again.status.code(), Some(1), "no live grant at that fence");
+}
