@@ -38,6 +38,28 @@ pub const MAX_ATTEMPTS: u32 = 1000;
 /// The longest delay between attempts, in milliseconds.
 pub const MAX_DELAY_MS: u64 = 60_000;
 
+/// `From<$policy> for lock::WaitPolicy`, for an interface whose wait policy
+/// mirrors the lock's case for case (the semaphore's, the read-write
+/// lock's): it gets the same defaults, checks and patience.
+macro_rules! wait_policy_as_locks {
+    ($policy:ident) => {
+        impl From<$policy> for crate::bindings::exports::coord::sync::lock::WaitPolicy {
+            fn from(policy: $policy) -> Self {
+                use crate::bindings::exports::coord::sync::lock as theirs;
+                match policy {
+                    $policy::NoWait => theirs::WaitPolicy::NoWait,
+                    $policy::Attempts(retry) => theirs::WaitPolicy::Attempts(theirs::Retry {
+                        max_attempts: retry.max_attempts,
+                        delay_ms: retry.delay_ms,
+                    }),
+                    $policy::Timeout(ms) => theirs::WaitPolicy::Timeout(ms),
+                }
+            }
+        }
+    };
+}
+pub(crate) use wait_policy_as_locks;
+
 /// The lock operations over a store and a source of randomness.
 pub struct Locks<S, E> {
     store: S,

@@ -37,10 +37,10 @@
 //! A waiter that wrote on every wake-up would wake every other waiter with
 //! its own write, and they it, for as long as the lock is held.
 
-use crate::bindings::exports::coord::sync::lock::WaitPolicy;
+use crate::bindings::exports::coord::sync::lock;
 use crate::bindings::exports::coord::sync::rwlock::{
     AcquireOptions, AcquireOutcome, Error, ExtendOutcome, Grant, Holder, InvalidArgument, Mode,
-    Usage,
+    Usage, WaitPolicy,
 };
 use crate::keys::{self, RWLOCK_READER_PREFIX, RWLOCK_WRITER_KEY};
 use crate::lock::{
@@ -73,6 +73,8 @@ pub struct RwLocks<S, E> {
 
 crate::validate::interface_errors!(Error, InvalidArgument);
 
+crate::lock::wait_policy_as_locks!(WaitPolicy);
+
 /// One acquire's own entry: where it is and what it holds.
 struct Claim<'a> {
     partition: &'a str,
@@ -98,7 +100,9 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
         check_names(id, resource, "id", "resource")?;
         let ttl_ms = options.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
         validate::ttl("options.ttl-ms", ttl_ms)?;
-        let policy = options.wait.unwrap_or(WaitPolicy::Attempts(DEFAULT_RETRY));
+        let policy = options
+            .wait
+            .map_or(lock::WaitPolicy::Attempts(DEFAULT_RETRY), Into::into);
         check_wait(&policy)?;
 
         let partition = keys::rwlock_partition(id, resource);

@@ -63,7 +63,9 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
         check_limit("limit", limit)?;
         let ttl_ms = options.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
         validate::ttl("options.ttl-ms", ttl_ms)?;
-        let policy = lock_policy(options.wait);
+        let policy = options
+            .wait
+            .map_or(lock::WaitPolicy::Attempts(DEFAULT_RETRY), Into::into);
         check_wait(&policy)?;
 
         let partition = keys::semaphore_partition(id, resource);
@@ -272,19 +274,7 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
     }
 }
 
-/// The semaphore's wait policy as the lock's, which it mirrors case for
-/// case (the same defaults, checks and patience).
-fn lock_policy(policy: Option<WaitPolicy>) -> lock::WaitPolicy {
-    match policy {
-        None => lock::WaitPolicy::Attempts(DEFAULT_RETRY),
-        Some(WaitPolicy::NoWait) => lock::WaitPolicy::NoWait,
-        Some(WaitPolicy::Attempts(retry)) => lock::WaitPolicy::Attempts(lock::Retry {
-            max_attempts: retry.max_attempts,
-            delay_ms: retry.delay_ms,
-        }),
-        Some(WaitPolicy::Timeout(ms)) => lock::WaitPolicy::Timeout(ms),
-    }
-}
+crate::lock::wait_policy_as_locks!(WaitPolicy);
 
 /// A permit entry's value: the limit it was acquired under, in decimal.
 fn limit_value(limit: u32) -> Vec<u8> {

@@ -4,7 +4,7 @@
 use std::cell::Cell;
 
 use super::*;
-use crate::bindings::exports::coord::sync::lock::Retry;
+use crate::bindings::exports::coord::sync::rwlock::Retry;
 use crate::fake::FakeStore;
 
 const T0: u64 = 1_000_000;

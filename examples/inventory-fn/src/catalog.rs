@@ -50,10 +50,7 @@ fn under(
     };
     let options = rwlock::AcquireOptions {
         ttl_ms: Some(CATALOG_TTL_MS),
-        wait: Some(wait.map_or(
-            coord_sdk::lock::WaitPolicy::NoWait,
-            coord_sdk::lock::WaitPolicy::Timeout,
-        )),
+        wait: Some(wait.map_or(rwlock::WaitPolicy::NoWait, rwlock::WaitPolicy::Timeout)),
     };
     let work = |grant: &rwlock::Grant| {
         sleep_ms(work_ms);

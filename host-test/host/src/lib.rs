@@ -153,10 +153,9 @@ pub mod ratelimit {
 
 /// The read-write lock's types, as the host sees them (`coord:sync/rwlock`).
 pub mod rwlock {
-    pub use crate::bindings::exports::coord::sync::lock::{Retry, WaitPolicy};
     pub use crate::bindings::exports::coord::sync::rwlock::{
         AcquireOptions, AcquireOutcome, Error, ExtendOutcome, Grant, Holder, InvalidArgument, Mode,
-        Usage,
+        Retry, Usage, WaitPolicy,
     };
 
     acquire_options_builder!("the grant", "the lock is held in an excluding mode");

@@ -114,57 +114,61 @@ async fn a_shutdown_past_its_grace_gives_back_the_cut_requests_lock() {
 /// A rebuild waiting for a reader keeps a writer's claim, which turns new
 /// readers away; cut by its deadline, its claim is given back, so readers
 /// are let in again at once rather than when the claim lapses (up to 2 s
-/// later). Two processes on one Redis: the reader's allows it the time it
-/// works, the writer's deadline does not.
+/// later). The reader is this test's own, on the same Redis, so it is known
+/// to hold before the rebuild is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_cut_while_it_waits_gives_back_its_claim_to_the_readers() {
+    use coord_host::rwlock::{AcquireOptions, AcquireOutcome, Mode};
     let url = common::redis_url().await;
-    let prefix = unique("claim");
-    let store = ["--redis", url.as_str(), "--prefix", prefix.as_str()];
-    let patient = std::sync::Arc::new(Serve::start(
-        &[&store[..], &["--deadline-ms", "20000"]].concat(),
-    ));
-    let log = std::env::temp_dir().join(format!("{}.log", unique("coord-claim")));
-    let hasty = Serve::start_logging_to(&[&store[..], &["--deadline-ms", "1000"]].concat(), &log);
-    let reading = {
-        let patient = patient.clone();
-        // It waits out the probes' claims below, which it may meet first.
-        let path = "/catalog?work_ms=6000&wait_ms=5000";
-        tokio::spawn(async move { patient.call("GET", path, None, "").await })
+    let config = common::redis_config(&url, 64, None);
+    let prefix = config.prefix.clone();
+    let backend = std::sync::Arc::new(coord_redis::RedisBackend::connect(config).await.unwrap());
+    let mut i = coord_host::Runtime::new(backend)
+        .unwrap()
+        .instantiate()
+        .await
+        .unwrap();
+    // The inventory function's catalog lock, held for reading.
+    let options = AcquireOptions::new().ttl_ms(60_000).no_wait();
+    let outcome = i
+        .rwlock()
+        .acquire("inventory.catalog", "all", Mode::Read, options);
+    let AcquireOutcome::Acquired(reader) = outcome.await.unwrap().unwrap() else {
+        panic!("a reader on a free lock");
     };
-    // Until the reader holds the catalog, a rebuild that does not wait is
-    // let in, or meets the reader's entry before the reader read.
-    loop {
-        let probe = patient.call("POST", "/catalog/rebuild", None, "").await;
-        if probe.status == 409 && probe.json["error"] == "busy: readers hold the catalog" {
-            break;
-        }
-        assert!(matches!(probe.status, 200 | 409), "{}", probe.json);
-        assert!(!reading.is_finished(), "the reader never held the catalog");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let cut = hasty
+    let log = std::env::temp_dir().join(format!("{}.log", unique("coord-claim")));
+    let args = [
+        "--redis",
+        url.as_str(),
+        "--prefix",
+        prefix.as_str(),
+        "--deadline-ms",
+        "1000",
+    ];
+    let serve = Serve::start_logging_to(&args, &log);
+    let cut = serve
         .call("POST", "/catalog/rebuild?wait_ms=30000", None, "")
         .await;
     assert_eq!(cut.status, 504, "{}", cut.json);
-    // The give-back runs after the 504 is sent: wait for its log line,
-    // which must come while the reader still works.
-    let given = loop {
-        let written = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(line) = written.lines().find(|l| l.contains("gave back")) {
-            break line.to_string();
+    // The give-back runs after the 504 is sent: wait for its log line.
+    let given = coord_testing::bounded(async {
+        loop {
+            let written = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(line) = written.lines().find(|l| l.contains("gave back")) {
+                break line.to_string();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        assert!(!reading.is_finished(), "the cut rebuild gave nothing back");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     assert!(given.contains("gave back 1 "), "{given}");
-    let next = patient.call("GET", "/catalog", None, "").await;
+    let next = serve.call("GET", "/catalog", None, "").await;
     assert_eq!(
         next.status, 200,
         "the cut rebuild's claim still turns readers away: {}",
         next.json
     );
-    assert_eq!(reading.await.unwrap().status, 200);
+    assert!(i.rwlock().release(&reader).await.unwrap().unwrap());
     let _ = std::fs::remove_file(&log);
     common::delete_prefix(&url, &prefix);
 }

@@ -340,7 +340,7 @@ async fn a_function_importing_any_one_of_coords_interfaces_is_composed_and_serve
     // lease was once missing from a list kept by hand, and a function
     // importing only the lease was served uncomposed and could not link.
     let interfaces = coordinator_world_exports();
-    assert_eq!(interfaces.len(), 5, "{interfaces:?}");
+    assert_eq!(interfaces.len(), 6, "{interfaces:?}");
     let dir = std::env::temp_dir().join(format!("coord-single-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for interface in &interfaces {
