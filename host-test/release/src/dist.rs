@@ -142,6 +142,7 @@ mod tests {
                 "lease",
                 "lock",
                 "ratelimit",
+                "rwlock",
                 "semaphore",
                 "store"
             ]
