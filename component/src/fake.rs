@@ -271,3 +271,83 @@ impl Store for &Tampered<'_> {
         self.inner.wait(partition, after, timeout_ms)
     }
 }
+
+/// A store that fails the calls a test picks: `fails(call, key)` is asked
+/// before each call reaches `inner` (`call` is the store function's name,
+/// `key` its key, or its prefix for `list`, or "" where it has none), and a
+/// `Some` error is returned instead, the call not made.
+pub struct Failing<'a> {
+    pub inner: &'a FakeStore,
+    pub fails: FailWhen,
+}
+
+/// Which calls a [`Failing`] store fails, and how: given the call's name and key.
+pub type FailWhen = Box<dyn Fn(&str, &str) -> Option<StoreError>>;
+
+impl Failing<'_> {
+    fn check(&self, call: &str, key: &str) -> Result<(), StoreError> {
+        (self.fails)(call, key).map_or(Ok(()), Err)
+    }
+}
+
+impl Store for &Failing<'_> {
+    fn now(&self) -> Result<Millis, StoreError> {
+        self.check("now", "")?;
+        self.inner.now()
+    }
+    fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        self.check("get", key)?;
+        self.inner.get(partition, key)
+    }
+    fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        self.check("list", prefix)?;
+        self.inner.list(partition, prefix)
+    }
+    fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.check("put", key)?;
+        self.inner.put(partition, key, value, ttl_ms, condition)
+    }
+    fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.check("delete", key)?;
+        self.inner.delete(partition, key, condition)
+    }
+    fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.check("touch", key)?;
+        self.inner.touch(partition, key, ttl_ms, condition)
+    }
+    fn changes(&self, partition: &str, after: u64, max: u32) -> Result<ChangesReply, StoreError> {
+        self.check("changes", "")?;
+        self.inner.changes(partition, after, max)
+    }
+    fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError> {
+        self.check("meter", key)?;
+        self.inner.meter(partition, key, request)
+    }
+    fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        self.check("wait", "")?;
+        self.inner.wait(partition, after, timeout_ms)
+    }
+}

@@ -232,7 +232,17 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
         );
         let mut reply = self.or_take_back(put, claim)?;
         let mut lapses = 0;
+        // Once this writer has waited for readers, every claim it writes
+        // again is short and raised only when granted: dying after its
+        // first wait, it never keeps readers out for its whole TTL.
+        let mut waited_for_readers = false;
+        let claim_ms = claim.ttl_ms.min(WRITER_CLAIM_MS);
         'claim: loop {
+            let put_ttl_ms = if waited_for_readers {
+                claim_ms
+            } else {
+                claim.ttl_ms
+            };
             let mine = match reply.outcome {
                 Outcome::Applied(entry) => entry,
                 Outcome::Conflict(Some(entry)) if entry.value == claim.owner.as_bytes() => entry,
@@ -258,7 +268,7 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
                         claim.partition,
                         claim.key,
                         claim.owner.as_bytes(),
-                        Some(claim.ttl_ms),
+                        Some(put_ttl_ms),
                         &Condition::Absent,
                         listing.revision,
                         wait_ms,
@@ -273,7 +283,7 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
                 }
             };
             let expires_at = self.checked(&mine, claim, reply.now)?;
-            let mut lowered = false;
+            let mut lowered = waited_for_readers;
             loop {
                 let listing = self.or_take_back(
                     self.store.list(claim.partition, RWLOCK_READER_PREFIX),
@@ -286,7 +296,7 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
                             return Ok(Ok((mine.revision, expires_at)));
                         }
                         self.lapsed(claim, &mut lapses)?;
-                        reply = self.claim_again(claim)?;
+                        reply = self.claim_again(claim, put_ttl_ms)?;
                         continue 'claim;
                     }
                     // The readers left while the claim was lowered: raise
@@ -304,7 +314,7 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
                             return Ok(Ok((mine.revision, expires_at)));
                         }
                         Outcome::Conflict(_) => {
-                            reply = self.claim_again(claim)?;
+                            reply = self.claim_again(claim, claim_ms)?;
                             continue 'claim;
                         }
                     }
@@ -312,17 +322,19 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
                 let holder = holder(reader, listing.now)?;
                 let Some(wait_ms) = patience.next_wait(listing.now) else {
                     // Give up the claim, so readers need not wait out its
-                    // TTL. Best effort: failing, it lapses by itself.
-                    let _ = self.store.delete(
+                    // TTL. A store that cannot be reached makes the answer
+                    // `unavailable`, never `busy`, after a take-back.
+                    let give_up = self.store.delete(
                         claim.partition,
                         claim.key,
                         &guard(mine.revision, claim.owner),
                     );
+                    self.or_take_back(give_up, claim)?;
                     return Ok(Err(holder));
                 };
                 // Renew the claim for a short while only, so that a writer
                 // that dies waiting does not keep readers out for its TTL.
-                let claim_ms = claim.ttl_ms.min(WRITER_CLAIM_MS);
+                waited_for_readers = true;
                 let renew = self.store.touch(
                     claim.partition,
                     claim.key,
@@ -336,11 +348,13 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
                         lowered = true;
                     }
                     Outcome::Conflict(_) => {
-                        reply = self.claim_again(claim)?;
+                        reply = self.claim_again(claim, claim_ms)?;
                         continue 'claim;
                     }
                 }
-                let wait_ms = wait_ms.min(holder.remaining_ms).min(claim_ms / 2);
+                // Renewed at half the claim's life; at least 1 ms, so that
+                // a TTL of a few milliseconds does not make it spin.
+                let wait_ms = wait_ms.min(holder.remaining_ms).min((claim_ms / 2).max(1));
                 self.or_take_back(
                     self.store.wait(claim.partition, listing.revision, wait_ms),
                     claim,
@@ -350,13 +364,13 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
     }
 
     /// A writer's claim lapsed while it waited (it expired, or was
-    /// force-released): put it again, as the first attempt did.
-    fn claim_again(&self, claim: &Claim) -> Result<WriteReply, Error> {
+    /// force-released): put it again, for `ttl_ms`.
+    fn claim_again(&self, claim: &Claim, ttl_ms: u64) -> Result<WriteReply, Error> {
         let put = self.store.put(
             claim.partition,
             claim.key,
             claim.owner.as_bytes(),
-            Some(claim.ttl_ms),
+            Some(ttl_ms),
             &Condition::Absent,
         );
         self.or_take_back(put, claim)
@@ -421,15 +435,14 @@ impl<S: Store, E: Entropy> RwLocks<S, E> {
     }
 
     /// Pass a reply on; when the store failed, first take back what this
-    /// acquire may have written (as the lock's acquire does).
+    /// acquire may have written. Whatever the error: an `unavailable` write
+    /// may still apply (as for the lock's acquire), and a read that failed
+    /// after this acquire's write applied leaves that write behind.
     fn or_take_back<T>(&self, reply: Result<T, StoreError>, claim: &Claim) -> Result<T, Error> {
-        let error = match reply {
-            Ok(reply) => return Ok(reply),
-            Err(error @ StoreError::Unavailable(_)) => error,
-            Err(other) => return Err(other.into()),
-        };
-        self.take_back(claim);
-        Err(error.into())
+        reply.map_err(|error| {
+            self.take_back(claim);
+            error.into()
+        })
     }
 
     /// Pass a decision on; when it is an error (the store broke its

@@ -345,3 +345,112 @@ fn an_entry_that_is_not_a_grant_is_internal_never_a_holder() {
     let listing = (&store).list(&partition, RWLOCK_READER_PREFIX).unwrap();
     assert!(listing.entries.is_empty(), "{listing:?}");
 }
+
+#[test]
+fn a_writer_that_claims_again_after_waiting_claims_only_for_the_claims_ttl() {
+    // Outside the claim's bound only between a writer's first write and
+    // its first wait: a claim written again later (the first lapsed, or
+    // was force-released, while the writer waited) is short until granted.
+    let store = FakeStore::new(T0);
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let recorded = seen.clone();
+    let recording = crate::fake::Tampered {
+        inner: &store,
+        tamper: Box::new(move |entry, now| {
+            if entry.key == RWLOCK_WRITER_KEY {
+                let left = entry.expires_at.map_or(u64::MAX, |end| end - now);
+                recorded.borrow_mut().push(left);
+            }
+        }),
+    };
+    let rw = RwLocks::new(&recording, Tokens(Cell::new(0)));
+    let reader = acquired(
+        rwlocks(&store, 100)
+            .acquire("cfg", "x", Mode::Read, once(60_000))
+            .unwrap(),
+    );
+    let rounds = std::rc::Rc::new(Cell::new(0));
+    let counted = rounds.clone();
+    store.during_wait(move |store| {
+        counted.set(counted.get() + 1);
+        let other = rwlocks(store, 1_000 * counted.get());
+        if counted.get() == 1 {
+            let claim = other.inspect("cfg", "x").unwrap().writer.expect("a claim");
+            assert!(other.force_release("cfg", "x", claim.fence).unwrap());
+        } else if counted.get() == 2 {
+            other.release(&reader).unwrap();
+        }
+    });
+    let writer = acquired(
+        rw.acquire("cfg", "x", Mode::Write, waiting(30_000, 60_000))
+            .unwrap(),
+    );
+    assert_eq!(writer.expires_at, store.clock() + 30_000);
+    let seen = seen.borrow();
+    // The first write, then short claims only, then the grant's raise.
+    assert_eq!(seen.first(), Some(&30_000), "{seen:?}");
+    assert_eq!(seen.last(), Some(&30_000), "{seen:?}");
+    let between = &seen[1..seen.len() - 1];
+    assert!(
+        between.len() >= 3,
+        "a renewal, a new claim and its renewal: {seen:?}"
+    );
+    assert!(
+        between.iter().all(|&left| left <= WRITER_CLAIM_MS),
+        "a claim written after a wait ran past {WRITER_CLAIM_MS} ms: {seen:?}"
+    );
+}
+
+#[test]
+fn a_writer_whose_claim_cannot_be_withdrawn_is_unavailable_not_busy() {
+    let store = FakeStore::new(T0);
+    acquired(
+        rwlocks(&store, 100)
+            .acquire("cfg", "x", Mode::Read, once(60_000))
+            .unwrap(),
+    );
+    let failing = crate::fake::Failing {
+        inner: &store,
+        fails: Box::new(|call, key| {
+            (call == "delete" && key == RWLOCK_WRITER_KEY)
+                .then(|| StoreError::Unavailable("connection reset".into()))
+        }),
+    };
+    let rw = RwLocks::new(&failing, Tokens(Cell::new(0)));
+    for options in [once(30_000), waiting(30_000, 1_000)] {
+        assert!(
+            matches!(
+                rw.acquire("cfg", "x", Mode::Write, options),
+                Err(Error::Unavailable(_))
+            ),
+            "a writer that could not give up its claim answered as if it had"
+        );
+        // What could not be withdrawn lapses by itself.
+        store.advance(30_000);
+    }
+}
+
+#[test]
+fn an_acquire_whose_read_fails_after_its_write_takes_the_write_back() {
+    for (mode, read) in [
+        (Mode::Read, RWLOCK_WRITER_KEY),
+        (Mode::Write, RWLOCK_READER_PREFIX),
+    ] {
+        let store = FakeStore::new(T0);
+        let failing = crate::fake::Failing {
+            inner: &store,
+            fails: Box::new(move |call, prefix| {
+                (call == "list" && prefix == read)
+                    .then(|| StoreError::Invalid("the store refused the read".into()))
+            }),
+        };
+        let rw = RwLocks::new(&failing, Tokens(Cell::new(0)));
+        assert!(rw.acquire("cfg", "x", mode, once(30_000)).is_err());
+        let usage = rwlocks(&store, 100).inspect("cfg", "x").unwrap();
+        assert_eq!(
+            (usage.writer, usage.readers.len()),
+            (None, 0),
+            "{mode:?} left its entry behind"
+        );
+    }
+}

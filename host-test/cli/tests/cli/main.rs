@@ -19,4 +19,5 @@ mod serve_admin;
 mod serve_before_store;
 mod serve_cut;
 mod serve_hostile;
+mod serve_killed;
 mod serve_stalled;

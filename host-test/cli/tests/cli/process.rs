@@ -112,6 +112,14 @@ impl Serve {
         assert!(status.success(), "kill -TERM failed");
     }
 
+    /// Kill the process with SIGKILL, as the kernel's OOM killer or a lost
+    /// machine would: nothing of it runs afterwards, no cleanup included.
+    /// Returns once it is gone.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     /// Wait for the process to exit; its exit status.
     pub fn wait(&mut self) -> std::process::ExitStatus {
         self.child.wait().unwrap()
