@@ -457,17 +457,77 @@ pub(crate) fn check_wait(policy: &WaitPolicy) -> Result<(), Invalid> {
 /// A held-lock record must be one `acquire` could have returned; a forged or
 /// corrupted one is rejected by name before the store is asked.
 fn check_held(lock: &HeldLock) -> Result<(), Invalid> {
-    check_names(&lock.id, &lock.resource, "lock.id", "lock.resource")?;
-    if !is_owner_token(lock.owner.as_bytes()) {
-        return Err(Invalid::new(
-            "lock.owner",
-            "must be 32 lowercase hex digits",
-        ));
+    check_held_record(
+        HeldRecord::Lock,
+        (&lock.id, &lock.resource, &lock.owner),
+        lock.fence,
+        lock.ttl_ms,
+    )
+}
+
+/// The kinds of record a caller hands back to prove what it holds (a lock,
+/// a semaphore's permit, a read-write lock's grant), for the field names
+/// their errors give.
+#[derive(Clone, Copy)]
+pub(crate) enum HeldRecord {
+    Lock,
+    Permit,
+    Grant,
+}
+
+impl HeldRecord {
+    /// The names of its id, resource, owner, fence and TTL fields.
+    fn fields(self) -> [&'static str; 5] {
+        match self {
+            HeldRecord::Lock => [
+                "lock.id",
+                "lock.resource",
+                "lock.owner",
+                "lock.fence",
+                "lock.ttl-ms",
+            ],
+            HeldRecord::Permit => [
+                "permit.id",
+                "permit.resource",
+                "permit.owner",
+                "permit.fence",
+                "permit.ttl-ms",
+            ],
+            HeldRecord::Grant => [
+                "grant.id",
+                "grant.resource",
+                "grant.owner",
+                "grant.fence",
+                "grant.ttl-ms",
+            ],
+        }
     }
-    if lock.fence == 0 {
-        return Err(Invalid::new("lock.fence", "must be greater than 0"));
+}
+
+/// The fields every held record shares, checked as `acquire` made them:
+/// valid names, an owner token of 32 lowercase hex digits, a fence above 0
+/// and a TTL in range. Each error names the record's own field.
+pub(crate) fn check_held_record(
+    record: HeldRecord,
+    (id, resource, owner): (&str, &str, &str),
+    fence: u64,
+    ttl_ms: u64,
+) -> Result<(), Invalid> {
+    let [
+        id_field,
+        resource_field,
+        owner_field,
+        fence_field,
+        ttl_field,
+    ] = record.fields();
+    check_names(id, resource, id_field, resource_field)?;
+    if !is_owner_token(owner.as_bytes()) {
+        return Err(Invalid::new(owner_field, "must be 32 lowercase hex digits"));
     }
-    validate::ttl("lock.ttl-ms", lock.ttl_ms)
+    if fence == 0 {
+        return Err(Invalid::new(fence_field, "must be greater than 0"));
+    }
+    validate::ttl(ttl_field, ttl_ms)
 }
 
 /// Lowercase hex, two digits per byte. By table rather than `format!`: the

@@ -44,7 +44,8 @@ use crate::bindings::exports::coord::sync::rwlock::{
 };
 use crate::keys::{self, RWLOCK_READER_PREFIX, RWLOCK_WRITER_KEY};
 use crate::lock::{
-    DEFAULT_RETRY, DEFAULT_TTL_MS, Patience, check_names, check_wait, hex, is_owner_token,
+    DEFAULT_RETRY, DEFAULT_TTL_MS, HeldRecord, Patience, check_held_record, check_names,
+    check_wait, hex, is_owner_token,
 };
 use crate::store::{
     Condition, Entropy, Entry, Guard, ListReply, Outcome, ReadReply, Store, StoreError, WriteReply,
@@ -648,17 +649,12 @@ fn holder(entry: &Entry, now: u64) -> Result<Holder, Error> {
 /// A grant record must be one `acquire` could have returned; a forged or
 /// corrupted one is rejected by name before the store is asked.
 fn check_grant(grant: &Grant) -> Result<(), Invalid> {
-    check_names(&grant.id, &grant.resource, "grant.id", "grant.resource")?;
-    if !is_owner_token(grant.owner.as_bytes()) {
-        return Err(Invalid::new(
-            "grant.owner",
-            "must be 32 lowercase hex digits",
-        ));
-    }
-    if grant.fence == 0 {
-        return Err(Invalid::new("grant.fence", "must be greater than 0"));
-    }
-    validate::ttl("grant.ttl-ms", grant.ttl_ms)
+    check_held_record(
+        HeldRecord::Grant,
+        (&grant.id, &grant.resource, &grant.owner),
+        grant.fence,
+        grant.ttl_ms,
+    )
 }
 
 #[cfg(test)]

@@ -26,7 +26,8 @@ use crate::bindings::exports::coord::sync::semaphore::{
 };
 use crate::keys;
 use crate::lock::{
-    DEFAULT_RETRY, DEFAULT_TTL_MS, Patience, check_names, check_wait, hex, is_owner_token,
+    DEFAULT_RETRY, DEFAULT_TTL_MS, HeldRecord, Patience, check_held_record, check_names,
+    check_wait, hex, is_owner_token,
 };
 use crate::store::{
     Condition, Entropy, Entry, Guard, Outcome, ReadReply, Store, StoreError, WriteReply,
@@ -348,18 +349,13 @@ fn holder(entry: &Entry, now: u64) -> Result<Holder, Error> {
 /// A permit record must be one `acquire` could have returned; a forged or
 /// corrupted one is rejected by name before the store is asked.
 fn check_permit(permit: &Permit) -> Result<(), Invalid> {
-    check_names(&permit.id, &permit.resource, "permit.id", "permit.resource")?;
-    if !is_owner_token(permit.owner.as_bytes()) {
-        return Err(Invalid::new(
-            "permit.owner",
-            "must be 32 lowercase hex digits",
-        ));
-    }
-    if permit.fence == 0 {
-        return Err(Invalid::new("permit.fence", "must be greater than 0"));
-    }
-    check_limit("permit.limit", permit.limit)?;
-    validate::ttl("permit.ttl-ms", permit.ttl_ms)
+    check_held_record(
+        HeldRecord::Permit,
+        (&permit.id, &permit.resource, &permit.owner),
+        permit.fence,
+        permit.ttl_ms,
+    )?;
+    check_limit("permit.limit", permit.limit)
 }
 
 #[cfg(test)]
