@@ -16,6 +16,10 @@
 //! stores beside Redis: round trips and latency per call, rates at 64
 //! tasks, and PostgreSQL's advisory lock and `SELECT 1` (`sql.rs`).
 //!
+//! `coord-bench --waiters [--nats URL]` runs only the lock handoff beside
+//! 1, 8 and 64 waiters: store calls per handoff and its latency
+//! (`ops/waiters.rs`).
+//!
 //! `coord-bench --redis-cluster URLS` runs only a Redis Cluster beside one
 //! Redis server: rates at 64 tasks, with and without replica
 //! acknowledgement, and the keys' spread over the masters (`cluster.rs`;
@@ -102,6 +106,11 @@ struct Cli {
     /// SQLite and PostgreSQL (--postgres).
     #[arg(long)]
     semaphore: bool,
+    /// Only the lock handoff beside 1, 8 and 64 waiters (store calls per
+    /// handoff, and its latency), in memory, on Redis, and on NATS JetStream
+    /// when --nats is given.
+    #[arg(long)]
+    waiters: bool,
     /// A tenth of the samples.
     #[arg(long)]
     quick: bool,
@@ -188,6 +197,9 @@ async fn main() -> wasmtime::Result<()> {
         num_cpus(),
         effort.reps
     );
+    if cli.waiters {
+        return waiters(&cli, &redis_url, effort).await;
+    }
     if let Some(nats_url) = &cli.nats {
         let id = std::process::id();
         let redis_config = RedisConfig {
@@ -294,6 +306,42 @@ async fn main() -> wasmtime::Result<()> {
 
 /// `--semaphore`, second part: the permit pair beside permits held, in
 /// memory, on Redis, on a SQLite file and on PostgreSQL.
+/// `--waiters`: the lock handoff beside 1, 8 and 64 waiters, in memory, on
+/// Redis and, with --nats, on NATS JetStream, each store on its own keys
+/// (rounds: a fifth of the handoffs setting, at least 2).
+async fn waiters(cli: &Cli, redis_url: &str, effort: Effort) -> wasmtime::Result<()> {
+    let id = std::process::id();
+    let rounds = (effort.handoffs / 20).max(2);
+    ops::handoff_beside_waiters("in memory", Arc::new(MemoryBackend::default()), rounds).await?;
+    let config = RedisConfig {
+        prefix: format!("coordbench-{id}"),
+        ..RedisConfig::new(redis_url)
+    };
+    let redis = RedisBackend::connect(config)
+        .await
+        .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
+    ops::handoff_beside_waiters("Redis", Arc::new(redis), rounds).await?;
+    let Some(nats_url) = &cli.nats else {
+        return Ok(());
+    };
+    let nats_config = NatsConfig {
+        stream: format!("COORDBENCH{id}"),
+        subject_prefix: format!("coordbench{id}"),
+        ..NatsConfig::new(nats_url)
+    };
+    let stream = nats_config.stream.clone();
+    let nats = NatsBackend::connect(nats_config)
+        .await
+        .map_err(|e| wasmtime::format_err!("NATS at {nats_url}: {e:?}"))?;
+    let result = ops::handoff_beside_waiters("NATS JetStream", Arc::new(nats), rounds).await;
+    if let Ok(client) = async_nats::connect(nats_url.as_str()).await {
+        let _ = async_nats::jetstream::new(client)
+            .delete_stream(&stream)
+            .await;
+    }
+    result
+}
+
 async fn semaphore_stores(
     cli: &Cli,
     memory: Arc<dyn Backend>,

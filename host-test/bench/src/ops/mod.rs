@@ -214,6 +214,8 @@ pub use semaphore::{permits_held, semaphore_beside_lock};
 mod per_operation;
 mod profile;
 mod tasks;
+mod waiters;
+pub use waiters::handoff_beside_waiters;
 
 pub use concurrency::{after_idle, concurrency};
 use concurrency::{idle_pause, native_extend};
