@@ -383,18 +383,13 @@ pub async fn lock(command: LockCommand) -> wasmtime::Result<()> {
                 return Ok(());
             };
             let fence = shown.holder.fence;
-            if !yes {
-                eprint!(
-                    "Free lock {id_text} {resource_text}, held at fence {fence} for {} ms more? [y/N] ",
+            confirm(
+                yes,
+                &format!(
+                    "Free lock {id_text} {resource_text}, held at fence {fence} for {} ms more?",
                     shown.holder.remaining_ms
-                );
-                let _ = std::io::stderr().flush();
-                let mut answer = String::new();
-                std::io::stdin().lock().read_line(&mut answer)?;
-                if !matches!(answer.trim(), "y" | "Y" | "yes") {
-                    wasmtime::bail!("not released");
-                }
-            }
+                ),
+            )?;
             // Guarded by the holder shown: its fence and owner token.
             let mut budget = Budget::new();
             if budget.run(call(i.lock().release(&shown.lock))).await? {
@@ -615,4 +610,88 @@ pub async fn limit(command: LimitCommand) -> wasmtime::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Unless `yes`, ask `question` on standard error and go on only on `y` or
+/// `yes`; anything else is the error "not released".
+fn confirm(yes: bool, question: &str) -> wasmtime::Result<()> {
+    if yes {
+        return Ok(());
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if !matches!(answer.trim(), "y" | "Y" | "yes") {
+        wasmtime::bail!("not released");
+    }
+    Ok(())
+}
+
+/// What `release --force ID RESOURCE FENCE` of one of many holders (a
+/// semaphore's permit, a read-write lock's grant: `what`) answers.
+struct ByFence<'a> {
+    what: &'a str,
+    id: std::borrow::Cow<'a, str>,
+    resource: std::borrow::Cow<'a, str>,
+    fence: u64,
+    json: bool,
+}
+
+impl ByFence<'_> {
+    /// No live holder has the fence: `{"released": false}` with --json,
+    /// else an error saying so.
+    fn none(&self) -> wasmtime::Result<()> {
+        if self.json {
+            println!("{}", json_line(&json!({ "released": false })));
+            return Ok(());
+        }
+        let ByFence {
+            what,
+            id,
+            resource,
+            fence,
+            ..
+        } = self;
+        wasmtime::bail!("{id} {resource} holds no live {what} at fence {fence}")
+    }
+
+    /// Ask before freeing the holder shown with `remaining_ms` left
+    /// (`mode`: its kind, if it has one).
+    fn confirm(&self, yes: bool, mode: &str, remaining_ms: u64) -> wasmtime::Result<()> {
+        let ByFence {
+            what,
+            id,
+            resource,
+            fence,
+            ..
+        } = self;
+        let question = format!(
+            "Free the {mode}{what} of {id} {resource} at fence {fence}, held for {remaining_ms} ms more?"
+        );
+        confirm(yes, &question)
+    }
+
+    /// Report the force-release's answer.
+    fn released(&self, released: bool) -> wasmtime::Result<()> {
+        let ByFence {
+            what,
+            id,
+            resource,
+            fence,
+            json,
+        } = self;
+        if *json {
+            let line = json!({ "released": released, "fence": fence.to_string() });
+            println!("{}", json_line(&line));
+            return Ok(());
+        }
+        if !released {
+            wasmtime::bail!(
+                "not released: the {what} at fence {fence} was released or expired meanwhile"
+            );
+        }
+        println!("released {id} {resource} (fence {fence})");
+        Ok(())
+    }
 }

@@ -1,13 +1,11 @@
 //! `coord rwlock …`: see a read-write lock's writer and readers, or free a
 //! grant whose holder is known to be gone.
 
-use std::io::{BufRead, Write};
-
 use clap::Subcommand;
 use coord_host::rwlock::{Holder, Mode};
 use serde_json::json;
 
-use super::{Budget, Common, call, open};
+use super::{Budget, ByFence, Common, call, open};
 use crate::terminal::{json_line, text};
 
 /// `coord rwlock …`
@@ -105,49 +103,28 @@ pub async fn rwlock(command: RwLockCommand) -> wasmtime::Result<()> {
             let mut budget = Budget::new();
             let (mut i, _) = open(&common, &mut budget).await?;
             let usage = budget.run(call(i.rwlock().inspect(&id, &resource))).await?;
-            let (id_text, resource_text) = (text(&id), text(&resource));
+            let answer = ByFence {
+                what: "grant",
+                id: text(&id),
+                resource: text(&resource),
+                fence,
+                json: common.json,
+            };
             let shown = usage
                 .writer
                 .iter()
                 .chain(&usage.readers)
                 .find(|h| h.fence == fence);
             let Some(shown) = shown else {
-                if common.json {
-                    println!("{}", json_line(&json!({ "released": false })));
-                    return Ok(());
-                }
-                wasmtime::bail!("{id_text} {resource_text} holds no live grant at fence {fence}");
+                return answer.none();
             };
-            if !yes {
-                eprint!(
-                    "Free the {} grant of {id_text} {resource_text} at fence {fence}, held for {} ms more? [y/N] ",
-                    mode_word(shown.mode),
-                    shown.remaining_ms
-                );
-                let _ = std::io::stderr().flush();
-                let mut answer = String::new();
-                std::io::stdin().lock().read_line(&mut answer)?;
-                if !matches!(answer.trim(), "y" | "Y" | "yes") {
-                    wasmtime::bail!("not released");
-                }
-            }
+            let mode = format!("{} ", mode_word(shown.mode));
+            answer.confirm(yes, &mode, shown.remaining_ms)?;
             let mut budget = Budget::new();
             let released = budget
                 .run(call(i.rwlock().force_release(&id, &resource, fence)))
                 .await?;
-            if common.json {
-                let line = json!({ "released": released, "fence": fence.to_string() });
-                println!("{}", json_line(&line));
-                return Ok(());
-            }
-            if released {
-                println!("released {id_text} {resource_text} (fence {fence})");
-                Ok(())
-            } else {
-                wasmtime::bail!(
-                    "not released: the grant at fence {fence} was released or expired meanwhile"
-                )
-            }
+            answer.released(released)
         }
     }
 }

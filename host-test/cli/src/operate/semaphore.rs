@@ -1,13 +1,11 @@
 //! `coord semaphore …`: see a semaphore's permits, or free one whose holder
 //! is known to be gone.
 
-use std::io::{BufRead, Write};
-
 use clap::Subcommand;
 use coord_host::semaphore::Holder;
 use serde_json::json;
 
-use super::{Budget, Common, call, open};
+use super::{Budget, ByFence, Common, call, open};
 use crate::terminal::{json_line, text};
 
 /// `coord semaphore …`
@@ -92,43 +90,22 @@ pub async fn semaphore(command: SemaphoreCommand) -> wasmtime::Result<()> {
             let usage = budget
                 .run(call(i.semaphore().inspect(&id, &resource)))
                 .await?;
-            let (id_text, resource_text) = (text(&id), text(&resource));
-            let Some(shown) = usage.permits.iter().find(|h| h.fence == fence) else {
-                if common.json {
-                    println!("{}", json_line(&json!({ "released": false })));
-                    return Ok(());
-                }
-                wasmtime::bail!("{id_text} {resource_text} holds no live permit at fence {fence}");
+            let answer = ByFence {
+                what: "permit",
+                id: text(&id),
+                resource: text(&resource),
+                fence,
+                json: common.json,
             };
-            if !yes {
-                eprint!(
-                    "Free the permit of {id_text} {resource_text} at fence {fence}, held for {} ms more? [y/N] ",
-                    shown.remaining_ms
-                );
-                let _ = std::io::stderr().flush();
-                let mut answer = String::new();
-                std::io::stdin().lock().read_line(&mut answer)?;
-                if !matches!(answer.trim(), "y" | "Y" | "yes") {
-                    wasmtime::bail!("not released");
-                }
-            }
+            let Some(shown) = usage.permits.iter().find(|h| h.fence == fence) else {
+                return answer.none();
+            };
+            answer.confirm(yes, "", shown.remaining_ms)?;
             let mut budget = Budget::new();
             let released = budget
                 .run(call(i.semaphore().force_release(&id, &resource, fence)))
                 .await?;
-            if common.json {
-                let line = json!({ "released": released, "fence": fence.to_string() });
-                println!("{}", json_line(&line));
-                return Ok(());
-            }
-            if released {
-                println!("released {id_text} {resource_text} (fence {fence})");
-                Ok(())
-            } else {
-                wasmtime::bail!(
-                    "not released: the permit at fence {fence} was released or expired meanwhile"
-                )
-            }
+            answer.released(released)
         }
     }
 }
