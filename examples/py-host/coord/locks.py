@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from wasmtime.component import Variant
 
 from .arguments import U32, optional_whole, text, whole
 from .errors import Busy, CoordError, InvalidArgument, Lost
+from .held import HeldRecord
 from .linking import field as wit_field
 from .linking import record
 
 log = logging.getLogger(__name__)
-
-#: HeldLock's data fields, in WIT order.
-_FIELDS = ("id", "resource", "owner", "fence", "ttl_ms", "expires_at")
 
 
 @dataclass(frozen=True)
@@ -35,13 +33,16 @@ class Holder:
 
 
 @dataclass
-class HeldLock:
+class HeldLock(HeldRecord):
     """A lock held by the caller: plain data (``to_dict``/``from_dict`` carry it
     to another process, which can release or extend it there).
 
     ``fence`` is the fencing token: present it at the write boundary and
     refuse writes that bring a lower one than the highest seen.
     """
+
+    _FIELDS: ClassVar[Tuple[str, ...]] = ("id", "resource", "owner", "fence", "ttl_ms", "expires_at")
+    _UNBOUND: ClassVar[str] = "coord.release(lock)"
 
     id: str
     resource: str
@@ -66,21 +67,6 @@ class HeldLock:
     def is_held(self) -> bool:
         """Whether this acquisition still holds its lock (one store read)."""
         return self._bound().is_held(self)
-
-    def to_dict(self) -> Dict[str, Any]:
-        """The lock as a JSON-ready dict (fences are plain ints)."""
-        return {k: getattr(self, k) for k in _FIELDS}
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any], coord: Any = None) -> "HeldLock":
-        """A lock from :meth:`to_dict`'s output, bound to ``coord`` for its methods."""
-        return cls(**{k: data[k] for k in _FIELDS}, _coord=coord)
-
-    def _bound(self) -> Any:
-        if self._coord is None:
-            raise RuntimeError("this HeldLock is bound to no Coord: call coord.release(lock) "
-                               "or HeldLock.from_dict(data, coord)")
-        return self._coord
 
 
 def _holder(r: Any) -> Holder:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from .arguments import one_of, optional_whole, text, whole
 from .errors import Busy, CoordError, InvalidArgument, Lost
+from .held import HeldRecord
 from .linking import field as wit_field
 from .linking import record
 from .locks import _wait_policy
@@ -26,9 +27,6 @@ log = logging.getLogger(__name__)
 
 #: The modes a grant holds the lock in.
 MODES = ("read", "write")
-
-#: Grant's data fields, in WIT order.
-_FIELDS = ("id", "resource", "mode", "owner", "fence", "ttl_ms", "expires_at")
 
 
 @dataclass(frozen=True)
@@ -52,12 +50,15 @@ class RwUsage:
 
 
 @dataclass
-class Grant:
+class Grant(HeldRecord):
     """A grant held by the caller: plain data (``to_dict``/``from_dict``).
 
     A writer's ``fence`` is above every earlier grant's of the lock: present
     it at the write boundary and refuse writes that bring a lower one.
     """
+
+    _FIELDS: ClassVar[Tuple[str, ...]] = ("id", "resource", "mode", "owner", "fence", "ttl_ms", "expires_at")
+    _UNBOUND: ClassVar[str] = "coord.release_grant(g)"
 
     id: str
     resource: str
@@ -71,20 +72,6 @@ class Grant:
     def release(self) -> bool:
         """Release it: ``True`` when this call freed it."""
         return self._bound().release_grant(self)
-
-    def to_dict(self) -> Dict[str, Any]:
-        """The grant as a JSON-ready dict."""
-        return {k: getattr(self, k) for k in _FIELDS}
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any], coord: Any = None) -> "Grant":
-        """A grant from :meth:`to_dict`'s output, bound to ``coord``."""
-        return cls(**{k: data[k] for k in _FIELDS}, _coord=coord)
-
-    def _bound(self) -> Any:
-        if self._coord is None:
-            raise RuntimeError("this Grant is bound to no Coord: call coord.release_grant(g)")
-        return self._coord
 
 
 class GrantContext:

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from .arguments import U32, optional_whole, text, whole
 from .errors import Busy, CoordError, InvalidArgument, Lost
+from .held import HeldRecord
 from .linking import field as wit_field
 from .linking import record
 from .locks import _wait_policy
 
 log = logging.getLogger(__name__)
-
-#: Permit's data fields, in WIT order.
-_FIELDS = ("id", "resource", "owner", "fence", "limit", "ttl_ms", "expires_at")
 
 
 @dataclass(frozen=True)
@@ -45,12 +43,15 @@ class Usage:
 
 
 @dataclass
-class Permit:
+class Permit(HeldRecord):
     """A permit held by the caller: plain data (``to_dict``/``from_dict``).
 
     ``fence`` rises with every permit of the semaphore: present it at the
     write boundary and refuse writes that bring a lower one.
     """
+
+    _FIELDS: ClassVar[Tuple[str, ...]] = ("id", "resource", "owner", "fence", "limit", "ttl_ms", "expires_at")
+    _UNBOUND: ClassVar[str] = "coord.release_permit(p)"
 
     id: str
     resource: str
@@ -64,20 +65,6 @@ class Permit:
     def release(self) -> bool:
         """Release it: ``True`` when this call freed it."""
         return self._bound().release_permit(self)
-
-    def to_dict(self) -> Dict[str, Any]:
-        """The permit as a JSON-ready dict."""
-        return {k: getattr(self, k) for k in _FIELDS}
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any], coord: Any = None) -> "Permit":
-        """A permit from :meth:`to_dict`'s output, bound to ``coord``."""
-        return cls(**{k: data[k] for k in _FIELDS}, _coord=coord)
-
-    def _bound(self) -> Any:
-        if self._coord is None:
-            raise RuntimeError("this Permit is bound to no Coord: call coord.release_permit(p)")
-        return self._coord
 
 
 class PermitContext:
