@@ -35,6 +35,19 @@ def test_acquire_busy_release_then_a_higher_fence(backend, name):
     assert carried.release() is True
 
 
+def test_a_record_bound_to_no_coord_says_which_call_to_use(backend, name):
+    a = backend.coord()
+    held = a.acquire(name, "item:unbound", ttl_ms=10_000, wait_ms=0)
+    grant = a.write_lock(name, "unbound").__enter__()
+    permit = a.permit(name, "unbound", 2).__enter__()
+    for record, call in [(held, "coord.release(lock)"), (grant, "coord.release_grant(g)"),
+                         (permit, "coord.release_permit(p)")]:
+        unbound = type(record).from_dict(record.to_dict())
+        with pytest.raises(RuntimeError, match=re.escape(call)):
+            unbound.release()
+        assert record.release() is True
+
+
 def test_the_with_block_holds_then_releases(backend, name):
     a, b = backend.coord(), backend.coord()
     with a.lock(name, "item:2", ttl_ms=10_000, wait_ms=0) as held:
