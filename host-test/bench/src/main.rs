@@ -209,22 +209,10 @@ async fn main() -> wasmtime::Result<()> {
         let redis = RedisBackend::connect(redis_config)
             .await
             .map_err(|e| wasmtime::format_err!("Redis at {redis_url}: {e:?}"))?;
-        let nats_config = NatsConfig {
-            stream: format!("COORDBENCH{id}"),
-            subject_prefix: format!("coordbench{id}"),
-            ..NatsConfig::new(nats_url)
-        };
-        let stream = nats_config.stream.clone();
-        let nats = NatsBackend::connect(nats_config)
-            .await
-            .map_err(|e| wasmtime::format_err!("NATS at {nats_url}: {e:?}"))?;
-        let result = nats::compare(Arc::new(redis), Arc::new(nats), nats_url, effort).await;
-        if let Ok(client) = async_nats::connect(nats_url.as_str()).await {
-            let _ = async_nats::jetstream::new(client)
-                .delete_stream(&stream)
-                .await;
-        }
-        return result;
+        return on_own_stream(nats_url, |nats| {
+            nats::compare(Arc::new(redis), nats, nats_url, effort)
+        })
+        .await;
     }
 
     if cli.sql {
@@ -324,17 +312,33 @@ async fn waiters(cli: &Cli, redis_url: &str, effort: Effort) -> wasmtime::Result
     let Some(nats_url) = &cli.nats else {
         return Ok(());
     };
-    let nats_config = NatsConfig {
+    on_own_stream(nats_url, |nats| {
+        ops::handoff_beside_waiters("NATS JetStream", nats, rounds)
+    })
+    .await
+}
+
+/// Run `measure` on the NATS JetStream at `nats_url`, on a stream and
+/// subjects of this run's own, and delete the stream afterwards.
+async fn on_own_stream<F>(
+    nats_url: &str,
+    measure: impl FnOnce(Arc<NatsBackend>) -> F,
+) -> wasmtime::Result<()>
+where
+    F: std::future::Future<Output = wasmtime::Result<()>>,
+{
+    let id = std::process::id();
+    let config = NatsConfig {
         stream: format!("COORDBENCH{id}"),
         subject_prefix: format!("coordbench{id}"),
         ..NatsConfig::new(nats_url)
     };
-    let stream = nats_config.stream.clone();
-    let nats = NatsBackend::connect(nats_config)
+    let stream = config.stream.clone();
+    let nats = NatsBackend::connect(config)
         .await
         .map_err(|e| wasmtime::format_err!("NATS at {nats_url}: {e:?}"))?;
-    let result = ops::handoff_beside_waiters("NATS JetStream", Arc::new(nats), rounds).await;
-    if let Ok(client) = async_nats::connect(nats_url.as_str()).await {
+    let result = measure(Arc::new(nats)).await;
+    if let Ok(client) = async_nats::connect(nats_url).await {
         let _ = async_nats::jetstream::new(client)
             .delete_stream(&stream)
             .await;
