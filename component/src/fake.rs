@@ -275,33 +275,46 @@ impl Store for &Tampered<'_> {
 /// A store that fails the calls a test picks: `fails(call, key)` is asked
 /// before each call reaches `inner` (`call` is the store function's name,
 /// `key` its key, or its prefix for `list`, or "" where it has none), and a
-/// `Some` error is returned instead, the call not made.
+/// `Some` error is returned instead. With `applied`, the failing call is
+/// still made first and only its reply is lost (a write that applied, then
+/// timed out or failed on its way back); without, it is not made.
 pub struct Failing<'a> {
     pub inner: &'a FakeStore,
     pub fails: FailWhen,
+    pub applied: bool,
 }
 
 /// Which calls a [`Failing`] store fails, and how: given the call's name and key.
 pub type FailWhen = Box<dyn Fn(&str, &str) -> Option<StoreError>>;
 
 impl Failing<'_> {
-    fn check(&self, call: &str, key: &str) -> Result<(), StoreError> {
-        (self.fails)(call, key).map_or(Ok(()), Err)
+    fn run<T>(
+        &self,
+        call: &str,
+        key: &str,
+        make: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match (self.fails)(call, key) {
+            None => make(),
+            Some(error) => {
+                if self.applied {
+                    let _ = make();
+                }
+                Err(error)
+            }
+        }
     }
 }
 
 impl Store for &Failing<'_> {
     fn now(&self) -> Result<Millis, StoreError> {
-        self.check("now", "")?;
-        self.inner.now()
+        self.run("now", "", || self.inner.now())
     }
     fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
-        self.check("get", key)?;
-        self.inner.get(partition, key)
+        self.run("get", key, || self.inner.get(partition, key))
     }
     fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
-        self.check("list", prefix)?;
-        self.inner.list(partition, prefix)
+        self.run("list", prefix, || self.inner.list(partition, prefix))
     }
     fn put(
         &self,
@@ -311,8 +324,9 @@ impl Store for &Failing<'_> {
         ttl_ms: Option<u64>,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
-        self.check("put", key)?;
-        self.inner.put(partition, key, value, ttl_ms, condition)
+        self.run("put", key, || {
+            self.inner.put(partition, key, value, ttl_ms, condition)
+        })
     }
     fn delete(
         &self,
@@ -320,8 +334,9 @@ impl Store for &Failing<'_> {
         key: &str,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
-        self.check("delete", key)?;
-        self.inner.delete(partition, key, condition)
+        self.run("delete", key, || {
+            self.inner.delete(partition, key, condition)
+        })
     }
     fn touch(
         &self,
@@ -330,12 +345,12 @@ impl Store for &Failing<'_> {
         ttl_ms: u64,
         condition: &Condition,
     ) -> Result<WriteReply, StoreError> {
-        self.check("touch", key)?;
-        self.inner.touch(partition, key, ttl_ms, condition)
+        self.run("touch", key, || {
+            self.inner.touch(partition, key, ttl_ms, condition)
+        })
     }
     fn changes(&self, partition: &str, after: u64, max: u32) -> Result<ChangesReply, StoreError> {
-        self.check("changes", "")?;
-        self.inner.changes(partition, after, max)
+        self.run("changes", "", || self.inner.changes(partition, after, max))
     }
     fn meter(
         &self,
@@ -343,11 +358,9 @@ impl Store for &Failing<'_> {
         key: &str,
         request: &MeterRequest,
     ) -> Result<MeterReply, StoreError> {
-        self.check("meter", key)?;
-        self.inner.meter(partition, key, request)
+        self.run("meter", key, || self.inner.meter(partition, key, request))
     }
     fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
-        self.check("wait", "")?;
-        self.inner.wait(partition, after, timeout_ms)
+        self.run("wait", "", || self.inner.wait(partition, after, timeout_ms))
     }
 }

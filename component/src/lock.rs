@@ -133,6 +133,16 @@ impl Patience {
         let rest = deadline - now;
         Some(self.slice_ms.map_or(rest, |slice| slice.min(rest)))
     }
+
+    /// A wait [`next_wait`](Self::next_wait) gave, cut to what is left of
+    /// the budget at store time `now`: for a caller that made another
+    /// request (a listing) between the two, so that request's time is
+    /// counted too.
+    pub(crate) fn within_budget(&self, wait_ms: u64, now: u64) -> u64 {
+        self.deadline.map_or(wait_ms, |deadline| {
+            wait_ms.min(deadline.saturating_sub(now))
+        })
+    }
 }
 
 impl<S: Store, E: Entropy> Locks<S, E> {
@@ -188,7 +198,10 @@ impl<S: Store, E: Entropy> Locks<S, E> {
                     // expiry, whichever comes first, and try again at once: the
                     // store sends the attempt with the wait, so it runs the
                     // moment the wait ends.
-                    let wait_ms = wait_ms.min(holder.remaining_ms);
+                    // At least 1 ms: a holder the store answered at its
+                    // expiry would otherwise be tried again with no wait,
+                    // again and again until the deadline.
+                    let wait_ms = wait_ms.min(holder.remaining_ms.max(1));
                     let next = self.store.wait_then_put(
                         &partition,
                         LOCK_HOLDER_KEY,
@@ -238,21 +251,21 @@ impl<S: Store, E: Entropy> Locks<S, E> {
     /// travel after the attempt (on Redis, on the same connection, which
     /// runs commands in order), so the lock is free again within a round
     /// trip of the store's recovery instead of a ghost holder keeping it
-    /// for the whole TTL. Best effort and bounded: one read and at most one
-    /// delete, whose failures leave the original error to the caller.
+    /// for the whole TTL. Whatever the error: any failed write may have
+    /// applied (the store contract says so of every error), and an acquire
+    /// that answers `internal` promises to free what it wrote. Best effort
+    /// and bounded: one read and at most one delete, whose failures leave
+    /// the original error to the caller.
     fn or_take_back(
         &self,
         reply: Result<WriteReply, StoreError>,
         partition: &str,
         owner: &str,
     ) -> Result<WriteReply, Error> {
-        let error = match reply {
-            Ok(reply) => return Ok(reply),
-            Err(error @ StoreError::Unavailable(_)) => error,
-            Err(other) => return Err(other.into()),
-        };
-        self.take_back(partition, owner);
-        Err(error.into())
+        reply.map_err(|error| {
+            self.take_back(partition, owner);
+            error.into()
+        })
     }
 
     /// Free the lock if this call's `owner` token holds it: one read, and a

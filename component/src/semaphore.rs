@@ -90,7 +90,7 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
                         return Ok(AcquireOutcome::Busy(first));
                     };
                     let next =
-                        self.wait_for_place(&partition, &owner, &value, ttl_ms, limit, wait_ms)?;
+                        self.wait_for_place(&partition, &owner, ttl_ms, limit, &patience, wait_ms)?;
                     reply = self.or_take_back(next, &partition, &owner, &value)?;
                     continue;
                 }
@@ -122,17 +122,20 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
     /// After a full attempt: read the partition's revision and its first
     /// expiry, then send the next attempt with a wait on that revision (or
     /// at once, when a place freed up since the attempt), woken by a
-    /// release, or at the first expiry, or after `wait_ms`.
+    /// release, or at the first expiry, or after `wait_ms` less the time the
+    /// listing took (the caller's budget counts it).
     fn wait_for_place(
         &self,
         partition: &str,
         owner: &str,
-        value: &[u8],
         ttl_ms: u64,
         limit: u32,
+        patience: &Patience,
         wait_ms: u64,
     ) -> Result<Result<WriteReply, StoreError>, Error> {
         let listing = self.store.list(partition, "")?;
+        let wait_ms = patience.within_budget(wait_ms, listing.now);
+        let value = &limit_value(limit);
         let place = Condition::AbsentAndFewerThan(limit);
         if listing.entries.len() < limit as usize {
             return Ok(self
@@ -144,7 +147,9 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
             .iter()
             .filter_map(|e| e.expires_at)
             .min()
-            .map_or(wait_ms, |end| end.saturating_sub(listing.now));
+            // At least 1 ms: an entry listed at its expiry must not make
+            // the next attempt come with no wait, again and again.
+            .map_or(wait_ms, |end| end.saturating_sub(listing.now).max(1));
         Ok(self.store.wait_then_put(
             partition,
             owner,
@@ -156,9 +161,10 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
         ))
     }
 
-    /// Pass an attempt's reply on; when the store failed, first take back
-    /// what the attempt may have written (as the lock's acquire does: the
-    /// key is this call's own token, so nothing else is ever freed).
+    /// Pass an attempt's reply on; when the store failed, whatever the
+    /// error, first take back what the attempt may have written (as the
+    /// lock's acquire does: the key is this call's own token, so nothing
+    /// else is ever freed).
     fn or_take_back(
         &self,
         reply: Result<WriteReply, StoreError>,
@@ -166,13 +172,10 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
         owner: &str,
         value: &[u8],
     ) -> Result<WriteReply, Error> {
-        let error = match reply {
-            Ok(reply) => return Ok(reply),
-            Err(error @ StoreError::Unavailable(_)) => error,
-            Err(other) => return Err(other.into()),
-        };
-        self.take_back(partition, owner, value);
-        Err(error.into())
+        reply.map_err(|error| {
+            self.take_back(partition, owner, value);
+            error.into()
+        })
     }
 
     /// Free this call's permit if its attempt wrote one: one read of the

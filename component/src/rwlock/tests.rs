@@ -415,6 +415,7 @@ fn a_writer_whose_claim_cannot_be_withdrawn_is_unavailable_not_busy() {
             (call == "delete" && key == RWLOCK_WRITER_KEY)
                 .then(|| StoreError::Unavailable("connection reset".into()))
         }),
+        applied: false,
     };
     let rw = RwLocks::new(&failing, Tokens(Cell::new(0)));
     for options in [once(30_000), waiting(30_000, 1_000)] {
@@ -443,6 +444,7 @@ fn an_acquire_whose_read_fails_after_its_write_takes_the_write_back() {
                 (call == "list" && prefix == read)
                     .then(|| StoreError::Invalid("the store refused the read".into()))
             }),
+            applied: false,
         };
         let rw = RwLocks::new(&failing, Tokens(Cell::new(0)));
         assert!(rw.acquire("cfg", "x", mode, once(30_000)).is_err());

@@ -298,3 +298,63 @@ fn an_entry_acquire_could_not_have_written_is_internal_never_a_holder() {
     }
     assert_eq!(parse_limit(b"1000"), Some(1000));
 }
+
+#[test]
+fn an_acquire_whose_write_applied_then_failed_takes_back_its_permit() {
+    // Any store error may follow a put that applied (a timeout, a reply
+    // that could not be decoded): the permit this call wrote under its own
+    // token must not hold a place for its TTL after the call failed.
+    for error in [
+        StoreError::Unavailable("timed out".into()),
+        StoreError::Invalid("the reply could not be decoded".into()),
+    ] {
+        let store = FakeStore::new(T0);
+        let failing = crate::fake::Failing {
+            inner: &store,
+            fails: Box::new(move |call, _| (call == "put").then(|| error.clone())),
+            applied: true,
+        };
+        let s = Semaphores::new(&failing, CountingEntropy::default());
+        assert!(s.acquire("api", "t", 2, once(60_000)).is_err());
+        assert_eq!(
+            semaphores(&store).inspect("api", "t").unwrap().permits,
+            vec![],
+            "the failed acquire left its permit behind"
+        );
+    }
+}
+
+#[test]
+fn a_waiters_budget_counts_the_listing_it_makes_before_waiting() {
+    // The listing between a full attempt and the wait took 300 ms of store
+    // time: a 1 000 ms timeout must still answer 1 000 ms after the first
+    // attempt, not 1 300.
+    let store: &'static FakeStore = Box::leak(Box::new(FakeStore::new(T0)));
+    acquired(
+        semaphores(store)
+            .acquire("api", "t", 1, once(60_000))
+            .unwrap(),
+    );
+    let slow_listing = crate::fake::Failing {
+        inner: store,
+        fails: Box::new(|call, _| {
+            if call == "list" {
+                store.advance(300);
+            }
+            None
+        }),
+        applied: false,
+    };
+    // Tokens of its own, not the holder's.
+    let s = Semaphores::new(&slow_listing, CountingEntropy(std::cell::Cell::new(7)));
+    let timeout = AcquireOptions {
+        ttl_ms: Some(1_000),
+        wait: Some(WaitPolicy::Timeout(1_000)),
+    };
+    busy(s.acquire("api", "t", 1, timeout).unwrap());
+    assert_eq!(
+        store.clock(),
+        T0 + 1_000,
+        "the answer came past the timeout"
+    );
+}

@@ -282,3 +282,61 @@ fn taking_back_a_failed_attempt_never_frees_another_owner() {
         "still the other owner's"
     );
 }
+
+#[test]
+fn an_acquire_whose_write_applied_then_failed_otherwise_takes_back_its_lock() {
+    // Not only `unavailable`: any store error may follow a write that
+    // applied, and an acquire that answers `internal` promises to free what
+    // it wrote. Else nobody knows the token that holds the lock for its TTL.
+    for error in [
+        StoreError::Invalid("the reply could not be decoded".into()),
+        StoreError::HistoryGone(0),
+    ] {
+        let store = FakeStore::new(T0);
+        let failing = crate::fake::Failing {
+            inner: &store,
+            fails: Box::new(move |call, _| (call == "put").then(|| error.clone())),
+            applied: true,
+        };
+        let l = Locks::new(&failing, CountingEntropy::default());
+        assert!(l.acquire("stock", "item:1", once(60_000)).is_err());
+        assert_eq!(
+            locks(&store).inspect("stock", "item:1").unwrap(),
+            None,
+            "the failed acquire left its token holding the lock"
+        );
+    }
+}
+
+#[test]
+fn a_holder_answered_at_its_expiry_is_waited_for_not_tried_again_at_once() {
+    // A store that answers a conflict with an entry whose expiry is its
+    // `now`: the waiter must still wait (1 ms), not send attempt after
+    // attempt with no wait until its deadline; on the fake store's clock,
+    // which moves only when something waits, that would never end.
+    let store = FakeStore::new(T0);
+    acquired(
+        locks(&store)
+            .acquire("stock", "item:1", once(60_000))
+            .unwrap(),
+    );
+    let replies = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let counted = replies.clone();
+    let tampered = Tampered {
+        inner: &store,
+        tamper: Box::new(move |entry: &mut Entry, now| {
+            counted.set(counted.get() + 1);
+            assert!(counted.get() < 10_000, "attempts with no wait in between");
+            entry.expires_at = Some(now);
+        }),
+    };
+    // Tokens of its own, not the holder's.
+    let l = Locks::new(&tampered, CountingEntropy(std::cell::Cell::new(7)));
+    let timeout = AcquireOptions {
+        ttl_ms: None,
+        wait: Some(WaitPolicy::Timeout(100)),
+    };
+    busy(l.acquire("stock", "item:1", timeout).unwrap());
+    assert!(store.clock() >= T0 + 100, "it waited out its budget");
+    assert!(replies.get() > 1);
+}
