@@ -131,8 +131,18 @@ impl PostgresBackend {
         &self,
         attempt: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        self.bounded_from(Instant::now(), attempt).await
+    }
+
+    /// [`bounded`](Self::bounded), for a call begun at `begun`: what is left
+    /// of its response timeout.
+    async fn bounded_from<T>(
+        &self,
+        begun: Instant,
+        attempt: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         let timeout = self.config.response_timeout;
-        tokio::time::timeout(timeout, attempt)
+        tokio::time::timeout(timeout.saturating_sub(begun.elapsed()), attempt)
             .await
             .map_err(|_| unavailable(format!("no answer within {timeout:?}")))?
     }
@@ -585,7 +595,12 @@ impl PostgresBackend {
         // Neither a wait for the lock nor a holder stopped inside its
         // transaction (a paused process) may hold the row longer than a
         // call may take: the server ends both.
-        let ms = self.config.response_timeout.as_millis().max(1);
+        let ms = self
+            .config
+            .response_timeout
+            .saturating_sub(begun.elapsed())
+            .as_millis()
+            .max(1);
         let timeouts = format!(
             "SET LOCAL lock_timeout = {ms}; SET LOCAL idle_in_transaction_session_timeout = {ms}"
         );
@@ -640,24 +655,28 @@ impl PostgresBackend {
         touches: Touches,
         mut decide: impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<(T, u64), StoreError> {
-        let started = Instant::now();
+        // Taken before the first try's timeout starts: the call's deadline
+        // on the server is then never later than the moment it is cut.
+        // Every try shares it: the response timeout bounds the call, not
+        // each try (a try begun near the end gets only what is left).
+        let begun = Instant::now();
         let mut races = 0u32;
         loop {
-            // Taken before the try's timeout starts: its deadline on the
-            // server is then never later than the moment it is cut.
-            let begun = Instant::now();
             let done = if races == 0 {
-                self.bounded(self.try_optimistic(name, &touches, begun, &mut decide))
-                    .await?
+                self.bounded_from(
+                    begun,
+                    self.try_optimistic(name, &touches, begun, &mut decide),
+                )
+                .await?
             } else {
-                self.bounded(self.try_locked(name, &touches, begun, &mut decide))
+                self.bounded_from(begun, self.try_locked(name, &touches, begun, &mut decide))
                     .await?
             };
             if let Some(done) = done {
                 return Ok(done);
             }
             races += 1;
-            if started.elapsed() > self.config.response_timeout {
+            if begun.elapsed() > self.config.response_timeout {
                 return Err(StoreError::Unavailable(format!(
                     "PostgreSQL: {races} writes to partition {name:?} raced this one within \
                      the response timeout; nothing of it was applied"

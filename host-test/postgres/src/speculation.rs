@@ -305,6 +305,18 @@ impl PostgresBackend {
             }
             Known::Row(row) => Some(*row),
         };
+        // Known in part, a key this process did not load was decided on as
+        // absent (a release or extend of it answered as if it were gone):
+        // the server must find it absent too, or the write is refused and
+        // the call reads it.
+        let unloaded_key = match (touches, seen.as_ref().and_then(|row| row.rows.as_deref())) {
+            (Touches::Key(key), Some((rows, count)))
+                if rows.len() as u64 != *count && !rows.contains_key(key) =>
+            {
+                Some(key.clone())
+            }
+            _ => None,
+        };
         let Decided {
             answer,
             now,
@@ -314,6 +326,11 @@ impl PostgresBackend {
         let Some(mut write) = write else {
             return Ok(Speculated::NotSent);
         };
+        if let (Some(key), Some((_, changes))) = (unloaded_key, write.rows.as_mut())
+            && !changes.new_keys.contains(&key)
+        {
+            changes.new_keys.push(key);
+        }
         // The clock has reached the decided millisecond, and not the first
         // expiry the decision saw, nor the deadline. (A test clock decides
         // alone what time it is: the server's is only held to the

@@ -103,8 +103,10 @@ pub struct RowChanges {
     pub upserts: Vec<Entry>,
     /// Keys of rows loaded that the partition no longer holds.
     pub deletes: Vec<String>,
-    /// Keys of `upserts` that were not loaded: written as new, so a store
-    /// that did not load every row checks they have none.
+    /// Keys that must have no row, though the call did not load them: the
+    /// keys of `upserts` written as new, and (a PostgreSQL speculation on
+    /// rows known in part) a key the call read or guarded as absent. A
+    /// store that did not load every row checks they have none.
     pub new_keys: Vec<String>,
 }
 

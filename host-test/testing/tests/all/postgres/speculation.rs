@@ -398,3 +398,59 @@ async fn a_semaphore_known_in_part_never_names_a_holder_from_the_rows_it_knows_o
         full.outcome
     );
 }
+
+#[tokio::test]
+async fn a_semaphore_known_in_part_never_answers_for_a_permit_it_did_not_load() {
+    // A knows the rows its calls loaded; a permit it did not load may
+    // well be held. Once a permit of A's expired (so the next call writes,
+    // sweeping it), an extend, release or read of another permit must not
+    // be answered as if that permit were gone: the server checks the key
+    // is absent as decided, or the call reads it.
+    let url = postgres_url().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = postgres_config(&url, 64, Some(clock.clone()));
+    let _table = Table {
+        url,
+        name: config.table.clone(),
+    };
+    let a = PostgresBackend::connect(config).await.unwrap();
+    let under = Condition::AbsentAndFewerThan;
+    let q = "~sem:1:spec:unloaded";
+    for i in 0..40u64 {
+        let key = format!("k{i:03}");
+        applied(
+            a.put(q, &key, b"v", Some(100_000 + i), &under(100))
+                .await
+                .unwrap(),
+        );
+    }
+    for (i, key) in ["k020", "k021", "k022"].into_iter().enumerate() {
+        // A short permit of A's, then gone by expiry.
+        applied(
+            a.put(q, &format!("short{i}"), b"v", Some(10), &under(100))
+                .await
+                .unwrap(),
+        );
+        clock.advance(20);
+        let answer = match i {
+            0 => {
+                a.touch(q, key, 60_000, &Condition::Always)
+                    .await
+                    .unwrap()
+                    .outcome
+            }
+            1 => a.delete(q, key, &Condition::Always).await.unwrap().outcome,
+            _ => {
+                let read = a.get(q, key).await.unwrap();
+                assert!(read.entry.is_some(), "{key} read as absent");
+                continue;
+            }
+        };
+        assert!(
+            matches!(&answer, Outcome::Applied(e) if e.key == key),
+            "{key}: {answer:?}"
+        );
+    }
+    let listing = a.list(q, "").await.unwrap();
+    assert_eq!(listing.entries.len(), 39, "k021 released, the rest held");
+}
