@@ -11,7 +11,7 @@
 //! key or prefix — each found by an index seek, so O(log n) in the rows
 //! held.
 //!
-//! **Writing** is one call of `<table>_write_rows_v1`: under the partition
+//! **Writing** is one call of `<table>_write_rows_v2`: under the partition
 //! row's lock, and only if that row is still exactly the one the call
 //! decided on and the server's clock is within the call's bounds (the
 //! conditions of `write_function.rs`), it deletes and upserts the entry rows
@@ -273,7 +273,7 @@ impl RowParams {
 
 /// The write function's name for `table`.
 pub(super) fn write_function_name(table: &str) -> String {
-    format!("{table}_write_rows_v1")
+    format!("{table}_write_rows_v2")
 }
 
 /// Its signature, as `to_regprocedure` reads it.
@@ -306,6 +306,7 @@ pub(super) fn create_write_function(table: &str) -> String {
     let f = write_function_name(table);
     let commit = commit_setting(table);
     let grain = COLLECT_GRAIN_MS;
+    let bound_lock_waits = write_function::bound_lock_waits();
     format!(
         "CREATE FUNCTION {f}(
            p_name bytea, p_decided_at bigint, p_state bytea, p_collect_at bigint,
@@ -324,6 +325,7 @@ pub(super) fn create_write_function(table: &str) -> String {
            v_collect bigint := p_collect_at;
            v_key bytea;
          BEGIN
+           {bound_lock_waits}
            PERFORM {commit};
            -- First the partition's row, locked and as the call decided on
            -- (or made, for a new one); the clock is read after the lock.

@@ -1,5 +1,5 @@
 //! The one function coord keeps in the database: the conditional write of a
-//! partition's row, `<table>_write_v1`.
+//! partition's row, `<table>_write_v2`.
 //!
 //! It holds no rule of the store contract (those run in Rust, in the state
 //! machine every store shares): it writes the state a call decided only if
@@ -11,15 +11,16 @@
 //! it replaces spent more time being parsed and planned on every call than
 //! being run. Nothing of it is session state, so a transaction-mode
 //! pooler is still fine. Its name carries a version: a later coord that
-//! needs another body adds `_v2` beside it, so processes of both versions
-//! can share a table.
+//! needs another body adds the next beside it, so processes of both
+//! versions can share a table. (`_v2` bounds its own lock waits by the
+//! call's deadline, [`bound_lock_waits`]; `_v1` did not.)
 
 use super::durability::commit_setting;
 use super::partition::{CLOCK_MS, CLOCK_US};
 
 /// The function's name for `table`.
 pub(super) fn name(table: &str) -> String {
-    format!("{table}_write_v1")
+    format!("{table}_write_v2")
 }
 
 /// Its signature, as `to_regprocedure` reads it.
@@ -65,6 +66,7 @@ pub(super) fn create(table: &str) -> String {
            v_written bigint;
            v_waited bigint;
          BEGIN
+           {bound_lock_waits}
            -- The commit waits as the table's durability says.
            PERFORM {commit};
            -- The clock is read after the row's lock and any wait for the
@@ -95,6 +97,22 @@ pub(super) fn create(table: &str) -> String {
          $fn$",
         written = answer_written(),
         refused = answer_refused(t),
+        bound_lock_waits = bound_lock_waits(),
+    )
+}
+
+/// The first statement of a write function: no lock wait inside it may
+/// outlast the call's deadline (`p_before_us`, on the server's clock). The
+/// clock is checked before a write, but an insert of a new partition (or
+/// entry row) that another transaction is inserting too waits for that
+/// transaction after the check: without this bound, it applied once the
+/// other rolled back, after the call had answered `unavailable`. Local to
+/// the statement's transaction, so a transaction-mode pooler stays fine.
+pub(super) fn bound_lock_waits() -> String {
+    format!(
+        "-- Lock waits end at the call's deadline (an error: unavailable).
+           PERFORM set_config('lock_timeout',
+             greatest(1, (p_before_us - {CLOCK_US}) / 1000)::text, true);"
     )
 }
 

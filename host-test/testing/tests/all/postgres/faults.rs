@@ -213,6 +213,43 @@ async fn a_row_locked_by_a_stopped_holder_is_unavailable_and_never_written_later
 }
 
 #[tokio::test]
+async fn a_new_partition_another_session_is_making_is_unavailable_and_never_made_later() {
+    // Another session inserts the same new partition's row and stops
+    // before committing. The acquisition reads no row, decides, and its
+    // insert waits for that session after the server checked the clock:
+    // the wait itself must end at the call's deadline, or the insert
+    // applies once the other session rolls back, a ghost holder of a call
+    // answered unavailable.
+    let s = setup("insertwait", Duration::from_millis(500)).await;
+    let first = hold(&s.steady).await;
+    let other = session(&s.table.url).await;
+    // Should this test fail, the server ends the other session in time,
+    // so that dropping the test's table does not wait for it for ever.
+    other
+        .batch_execute(&format!(
+            "SET idle_in_transaction_session_timeout = '120s'; \
+             BEGIN; INSERT INTO {} (name, version, decided_at, state) \
+             VALUES ('{FREE}'::bytea, 1, 0, ''::bytea)",
+            s.table.name
+        ))
+        .await
+        .unwrap();
+    unavailable(
+        s.stalled
+            .put(FREE, "holder", b"ghost", Some(60_000), &Condition::Absent)
+            .await,
+        "an acquisition",
+    );
+    // The held-up insert stops waiting by itself (its deadline passed),
+    // while the other session still holds its row.
+    let admin = session(&s.table.url).await;
+    until(&admin, &s.tag, |(_, waiting)| waiting == 0).await;
+    other.batch_execute("ROLLBACK").await.unwrap();
+    until(&admin, &s.tag, |(active, _)| active == 0).await;
+    nothing_applied_since(&s.steady, first).await;
+}
+
+#[tokio::test]
 async fn a_connection_killed_inside_a_write_is_unavailable_and_applies_nothing() {
     // A long timeout: the kill, not the timeout, ends the call.
     let s = setup("killwrite", Duration::from_secs(600)).await;
