@@ -71,6 +71,13 @@ pub struct StoreArgs {
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "",
           conflicts_with = "sqlite")]
     postgres: Option<String>,
+    /// On PostgreSQL: where the one connection that LISTENs for changes
+    /// goes, when --postgres points at a transaction-mode pooler
+    /// (PgBouncer): that connection needs a session of its own, so give it
+    /// the server's own URL. Without it, waiters behind such a pooler are
+    /// woken only by their re-check, every 500 ms.
+    #[arg(long, value_name = "URL", env = "COORD_POSTGRES_LISTEN_URL")]
+    postgres_listen_url: Option<String>,
     /// On PostgreSQL: how writes commit. durable (a write is answered once
     /// committed as the server's synchronous_commit says) or relaxed
     /// (synchronous_commit = off for coord's writes: faster, and a server
@@ -132,6 +139,8 @@ pub enum Target {
     Postgres {
         /// The database's URL.
         url: String,
+        /// Where the LISTEN connection goes, when not `url`.
+        listen_url: Option<String>,
         /// The table's prefix.
         prefix: String,
         /// The durability asked for (see `--postgres-durability`).
@@ -185,6 +194,7 @@ impl StoreArgs {
                 } else {
                     url
                 },
+                listen_url: self.postgres_listen_url.clone(),
                 prefix: self.prefix.clone(),
                 durability: self.postgres_durability,
                 allow_relaxed: self.allow_relaxed_durability,
@@ -442,11 +452,13 @@ pub async fn backend_for(
         }
         Target::Postgres {
             url,
+            listen_url,
             prefix,
             durability,
             allow_relaxed,
         } => {
             let config = PostgresConfig {
+                listen_url: listen_url.clone(),
                 table: PostgresConfig::table_for(prefix),
                 durability: *durability,
                 allow_relaxed: *allow_relaxed,

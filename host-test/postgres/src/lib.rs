@@ -97,6 +97,12 @@ pub struct PostgresConfig {
     /// A libpq-style URL or key-value string:
     /// `postgres://user:password@host:5432/database`.
     pub url: String,
+    /// Where the one connection that `LISTEN`s goes, when not `url`: it
+    /// needs a session of its own, so the server itself (or a pooler in
+    /// session mode), never a transaction-mode pooler such as PgBouncer's,
+    /// which would hand its session to others and drop the notifications
+    /// (waiters would then wake only at each `recheck`).
+    pub listen_url: Option<String>,
     /// The table the partitions live in, made if missing: 1 to 48 of
     /// `a-z`, `0-9` and `_`, starting with a letter (it also names the
     /// version sequence, `<table>_versions`, and the channel,
@@ -140,6 +146,7 @@ impl PostgresConfig {
     pub fn new(url: &str) -> Self {
         PostgresConfig {
             url: url.to_string(),
+            listen_url: None,
             table: "coord_partitions".into(),
             history: coord_component::memory::DEFAULT_HISTORY,
             retention_ms: DEFAULT_RETENTION_MS,
@@ -263,6 +270,11 @@ impl PostgresBackend {
         }
         let pg = tokio_postgres::Config::from_str(&config.url)
             .map_err(|e| StoreError::Invalid(format!("url: {e}")))?;
+        let listen_pg = match &config.listen_url {
+            Some(url) => tokio_postgres::Config::from_str(url)
+                .map_err(|e| StoreError::Invalid(format!("listen_url: {e}")))?,
+            None => pg.clone(),
+        };
         let manager = Manager::from_config(
             pg.clone(),
             NoTls,
@@ -297,7 +309,7 @@ impl PostgresBackend {
         backend.make_table().await?;
         backend.settle_durability().await?;
         let listener = listen::listen(
-            pg,
+            listen_pg,
             backend.channel(),
             backend.notifications.clone(),
             listening_tx,

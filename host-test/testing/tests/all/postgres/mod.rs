@@ -77,6 +77,48 @@ async fn no_server_at_the_url_is_unavailable_and_a_bad_table_is_invalid() {
 }
 
 #[tokio::test]
+async fn the_listening_connection_goes_to_the_listen_url_and_a_bad_one_is_invalid() {
+    // Behind a transaction-mode pooler the pool's URL is the pooler's; the
+    // LISTEN needs a session of its own, so it takes the URL it is given.
+    let url = postgres_url().await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let tag = format!("coordlisten{}", std::process::id());
+    let config = PostgresConfig {
+        listen_url: Some(format!("{url}{separator}application_name={tag}")),
+        ..postgres_config(&url, 64, None)
+    };
+    let _table = Table {
+        url: url.clone(),
+        name: config.table.clone(),
+    };
+    let listen = format!("LISTEN {}_changes", config.table);
+    let _backend = PostgresBackend::connect(config.clone()).await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let names: Vec<String> = client
+        .query(
+            "SELECT application_name FROM pg_stat_activity WHERE query = $1",
+            &[&listen],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(names, vec![tag], "the LISTEN went elsewhere");
+
+    let bad = PostgresConfig {
+        listen_url: Some("postgres://[".into()),
+        ..config
+    };
+    let error = PostgresBackend::connect(bad).await.err().unwrap();
+    assert!(
+        matches!(&error, StoreError::Invalid(m) if m.starts_with("listen_url:")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
 async fn the_clock_is_the_servers_and_expiry_happens_on_it() {
     let (backend, _table) = on_server_clock().await;
     let before = std::time::SystemTime::now()
