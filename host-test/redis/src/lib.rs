@@ -423,9 +423,33 @@ impl RedisBackend {
         }
     }
 
+    /// `call` within the response timeout as a whole: after `NOSCRIPT`, the
+    /// script loads and the request sent again share the call's timeout
+    /// (the client's own bounds each command alone, so a call could take
+    /// several).
+    async fn whole_call<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let timeout = self.config.response_timeout;
+        tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("redis: no answer within {timeout:?}")))?
+    }
+
     /// [`RedisBackend::run`], whatever the reply's shape; `scripts` are
     /// loaded after `NOSCRIPT`.
     async fn run_script_value(&self, cmd: &Cmd, scripts: &[&str]) -> Result<Value, StoreError> {
+        self.whole_call(self.run_script_value_in_turns(cmd, scripts))
+            .await
+    }
+
+    /// [`RedisBackend::run_script_value`], with no bound of its own.
+    async fn run_script_value_in_turns(
+        &self,
+        cmd: &Cmd,
+        scripts: &[&str],
+    ) -> Result<Value, StoreError> {
         let mut conn = self.conn.clone();
         let mut attempt = 0;
         loop {
@@ -465,9 +489,14 @@ impl RedisBackend {
     /// write then stays on the master, where the caller's clean-up (a lock's
     /// take-back) finds it.
     async fn run_write(&self, cmd: &Cmd, scripts: &[&str]) -> Result<Value, StoreError> {
+        self.whole_call(self.run_write_in_turns(cmd, scripts)).await
+    }
+
+    /// [`RedisBackend::run_write`], with no bound of its own.
+    async fn run_write_in_turns(&self, cmd: &Cmd, scripts: &[&str]) -> Result<Value, StoreError> {
         let wanted = self.config.replica_acks;
         if wanted == 0 {
-            return self.run_script_value(cmd, scripts).await;
+            return self.run_script_value_in_turns(cmd, scripts).await;
         }
         let mut pipe = ::redis::pipe();
         pipe.add_command(cmd.clone())

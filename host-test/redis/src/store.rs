@@ -37,27 +37,26 @@ impl Backend for RedisBackend {
         Ok(secs * 1000 + micros / 1000)
     }
 
-    /// One server: it answers. A cluster: a node says `cluster_state:ok`,
-    /// so every slot is served: with a master and its replicas down, the
+    /// A write, as every write is sent: `SET <prefix>:ready` (10 s TTL),
+    /// behind `WAIT` when replicas must acknowledge writes. A server that
+    /// tells the time but refuses writes is not ready: one made a replica
+    /// (`READONLY`), out of memory under `noeviction` (`OOM`), refusing
+    /// writes after a failed save (`MISCONF`), or whose replicas do not
+    /// acknowledge. A cluster, first: a node says `cluster_state:ok`, so
+    /// every slot is served (with a master and its replicas down, the
     /// other masters still tell the time while that master's partitions
-    /// take no write.
+    /// take no write); the write then reaches the probe key's master.
     async fn ready(&self) -> Result<(), StoreError> {
-        if !self.config.cluster {
-            return self.now().await.map(|_| ());
+        if self.config.cluster {
+            self.every_slot_served().await?;
         }
-        let mut conn = self.conn.clone();
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let info: String = ::redis::cmd("CLUSTER")
-            .arg("INFO")
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        if info.lines().any(|line| line.trim() == "cluster_state:ok") {
-            return Ok(());
-        }
-        Err(StoreError::Unavailable(
-            "redis: the cluster does not serve every slot (cluster_state is not ok)".into(),
-        ))
+        let mut probe = ::redis::cmd("SET");
+        probe
+            .arg(format!("{}:ready", self.config.prefix))
+            .arg(1)
+            .arg("PX")
+            .arg(10_000);
+        self.run_write(&probe, &[]).await.map(|_| ())
     }
 
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
@@ -280,5 +279,24 @@ impl Backend for RedisBackend {
         }
         self.wait(partition, after, timeout_ms).await?;
         self.put(partition, key, value, ttl_ms, condition).await
+    }
+}
+
+impl RedisBackend {
+    /// A cluster node says `cluster_state:ok`: every slot is served.
+    async fn every_slot_served(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let info: String = ::redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        if info.lines().any(|line| line.trim() == "cluster_state:ok") {
+            return Ok(());
+        }
+        Err(StoreError::Unavailable(
+            "redis: the cluster does not serve every slot (cluster_state is not ok)".into(),
+        ))
     }
 }

@@ -314,3 +314,61 @@ async fn killed_connections_and_a_lost_restart_mid_run_grant_nothing_wrongly() {
     })
     .await
 }
+
+#[tokio::test]
+async fn ready_exercises_a_write_and_says_no_while_writes_are_refused() {
+    // A server that still tells the time but refuses every write (out of
+    // memory under noeviction; made a replica, so read-only) is not ready.
+    bounded(async {
+        let (server, backend) = private_server().await;
+        backend.ready().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let config = |name: &'static str, value: String| {
+            let mut set = redis::cmd("CONFIG");
+            set.arg("SET").arg(name).arg(value);
+            set
+        };
+        let _: () = config("maxmemory-policy", "noeviction".into())
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let _: () = config("maxmemory", "1".into())
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        backend.now().await.unwrap();
+        let refused = backend.ready().await;
+        assert!(
+            matches!(&refused, Err(StoreError::Unavailable(m)) if m.contains("OOM")),
+            "ready while every write is refused: {refused:?}"
+        );
+        let _: () = config("maxmemory", "0".into())
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        backend.ready().await.unwrap();
+
+        let nobody = crate::common::free_ports(1).unwrap()[0];
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(nobody)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        backend.now().await.unwrap();
+        let refused = backend.ready().await;
+        assert!(
+            matches!(&refused, Err(StoreError::Unavailable(m)) if m.contains("read only replica")),
+            "ready as a read-only replica: {refused:?}"
+        );
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        backend.ready().await.unwrap();
+    })
+    .await
+}
