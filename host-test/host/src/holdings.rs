@@ -72,6 +72,8 @@ struct InFlight {
     partition: String,
     key: String,
     value: Vec<u8>,
+    condition: Condition,
+    ttl_ms: Option<u64>,
 }
 
 /// The ledger of what one instance holds.
@@ -88,7 +90,14 @@ pub struct Sending(Option<u64>);
 impl Holdings {
     /// Before a put is sent: note it if it could take a lock, a permit or
     /// a read-write lock grant.
-    pub fn sending(&mut self, partition: &str, key: &str, value: &[u8]) -> Sending {
+    pub fn sending(
+        &mut self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        condition: &Condition,
+        ttl_ms: Option<u64>,
+    ) -> Sending {
         if !matches!(
             kind(partition),
             Some(LOCK_KIND | SEMAPHORE_KIND | RWLOCK_KIND)
@@ -101,6 +110,8 @@ impl Holdings {
             partition: partition.to_string(),
             key: key.to_string(),
             value: value.to_vec(),
+            condition: condition.clone(),
+            ttl_ms,
         });
         Sending(Some(self.next_id))
     }
@@ -165,13 +176,26 @@ impl Holdings {
         let mut given = 0;
         for flight in self.in_flight {
             // An acquire cut in flight: if its token holds the lock, it is held.
-            if let Ok(read) = backend.get(&flight.partition, &flight.key).await
-                && let Some(entry) = read.entry
-                && entry.value == flight.value
-            {
-                let guard = guarded(entry.revision, entry.value);
-                given += release(backend, &flight.partition, &flight.key, guard).await;
+            if let Ok(read) = backend.get(&flight.partition, &flight.key).await {
+                if let Some(entry) = read.entry
+                    && entry.value == flight.value
+                {
+                    let guard = guarded(entry.revision, entry.value);
+                    given += release(backend, &flight.partition, &flight.key, guard).await;
+                }
+                continue;
             }
+            // The read failed (the store stalled, as the cut request may
+            // have): the acquire may still land, so look for it in the
+            // background, as for one answered unavailable.
+            take_back_in_background(
+                backend.clone(),
+                &flight.partition,
+                &flight.key,
+                &flight.value,
+                &flight.condition,
+                flight.ttl_ms,
+            );
         }
         for held in self.held {
             let guard = guarded(held.revision, held.value.clone());
@@ -308,13 +332,18 @@ pub fn finish_in_background(
     });
 }
 
-/// The longest a background take-back keeps looking for an acquire that
-/// may still land: a write queued behind others on a connection (a `WAIT`
-/// for replicas holds the connection up to its timeout, per write) lands
-/// within this, or its connection died and the server dropped it.
+/// How long a background take-back looks closely (reads at most
+/// [`MAX_TAKE_BACK_WAIT`] apart) for an acquire that may still land: a
+/// write queued behind others on a connection (a `WAIT` for replicas holds
+/// the connection up to its timeout, per write) lands within this.
 const TAKE_BACK_WINDOW: Duration = Duration::from_secs(30);
-/// The longest wait between a take-back's reads.
+/// The longest wait between a take-back's reads within [`TAKE_BACK_WINDOW`].
 const MAX_TAKE_BACK_WAIT: Duration = Duration::from_secs(1);
+/// The longest wait between its reads after that: a write held in a paused
+/// server's input (Redis `CLIENT PAUSE`, a stopped process) or in a
+/// client's queue across a reconnection can land at any time within the
+/// entry's TTL, so it looks for the whole TTL, less often.
+const LATE_TAKE_BACK_WAIT: Duration = Duration::from_secs(10);
 
 /// After a lock acquire (a create-if-absent of an owner token) failed as
 /// `unavailable`: keep looking, in the background, for its write landing
@@ -325,8 +354,8 @@ const MAX_TAKE_BACK_WAIT: Duration = Duration::from_secs(1);
 /// testers: with `--redis-replica-acks 1` and a replica down, every write's
 /// `WAIT` held the shared connection for half a second, the take-back read
 /// timed out behind them, the acquires landed later, and two locks stayed
-/// held by nobody for their TTL). Looks for the lock's TTL, at most
-/// `TAKE_BACK_WINDOW`.
+/// held by nobody for their TTL). Looks for the entry's TTL (an entry with
+/// none: [`GIVE_UP_AFTER`]), closely for the first [`TAKE_BACK_WINDOW`].
 pub fn take_back_in_background(
     backend: Arc<dyn Backend>,
     partition: &str,
@@ -354,12 +383,11 @@ pub fn take_back_in_background(
         TAKE_BACKS.fetch_sub(1, Ordering::Relaxed);
         return;
     }
-    let window = ttl_ms.map_or(TAKE_BACK_WINDOW, |ttl| {
-        Duration::from_millis(ttl).min(TAKE_BACK_WINDOW)
-    });
+    let window = ttl_ms.map_or(GIVE_UP_AFTER, Duration::from_millis);
     let (partition, key, token) = (partition.to_string(), key.to_string(), token.to_vec());
     runtime.spawn(async move {
-        let until = tokio::time::Instant::now() + window;
+        let started = tokio::time::Instant::now();
+        let until = started + window;
         let mut wait = FIRST_RETRY_WAIT;
         while tokio::time::Instant::now() < until {
             if let Ok(read) = backend.get(&partition, &key).await
@@ -376,7 +404,12 @@ pub fn take_back_in_background(
                 }
             }
             tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(MAX_TAKE_BACK_WAIT);
+            let most = if started.elapsed() < TAKE_BACK_WINDOW {
+                MAX_TAKE_BACK_WAIT
+            } else {
+                LATE_TAKE_BACK_WAIT
+            };
+            wait = (wait * 2).min(most);
         }
         TAKE_BACKS.fetch_sub(1, Ordering::Relaxed);
     });

@@ -50,10 +50,17 @@ impl HostState {
         &self.backend
     }
 
-    fn sending(&mut self, partition: &str, key: &str, value: &[u8]) -> Option<Sending> {
+    fn sending(
+        &mut self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        condition: &b::Condition,
+        ttl_ms: Option<u64>,
+    ) -> Option<Sending> {
         self.holdings
             .as_mut()
-            .map(|h| h.sending(partition, key, value))
+            .map(|h| h.sending(partition, key, value, condition, ttl_ms))
     }
 
     /// A lock acquire that failed as `unavailable` may land later: look
@@ -129,7 +136,7 @@ impl wit::Host for HostState {
         condition: wit::Condition,
     ) -> Result<wit::WriteReply, wit::Error> {
         let condition = condition.into();
-        let sending = self.sending(&partition, &key, &value);
+        let sending = self.sending(&partition, &key, &value, &condition, ttl_ms);
         let reply = self
             .backend()
             .put(&partition, &key, &value, ttl_ms, &condition)
@@ -236,7 +243,7 @@ impl wit::Host for HostState {
         timeout_ms: u64,
     ) -> Result<wit::WriteReply, wit::Error> {
         let condition = condition.into();
-        let sending = self.sending(&partition, &key, &value);
+        let sending = self.sending(&partition, &key, &value, &condition, ttl_ms);
         let reply = self
             .backend()
             .wait_then_put(

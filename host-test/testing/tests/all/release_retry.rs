@@ -192,3 +192,52 @@ async fn acquires_refused_for_want_of_replica_acks_leave_no_lock_held() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_acquire_cut_in_flight_whose_read_failed_is_taken_back_when_it_lands() {
+    // A request cut while its acquire was in flight, during a stall: the
+    // give-back's read of the lock fails too. The acquire may still land
+    // when the store wakes; it must then be taken back, not hold the lock
+    // for its TTL with a token nobody has.
+    use coord_host::backend::memory::MemoryBackend;
+    use coord_host::backend::{Backend, Condition};
+    use coord_host::clock::SystemClock;
+
+    let store: Arc<dyn Backend> = Arc::new(MemoryBackend::new(Arc::new(SystemClock)));
+    let faulty = Arc::new(FaultyBackend::new(store.clone(), 1));
+    let partition = lock_partition("retry", &resource());
+    let token = b"a-token-this-acquire-minted".to_vec();
+    let mut holdings = coord_host::holdings::Holdings::default();
+    let _cut = holdings.sending(
+        &partition,
+        "holder",
+        &token,
+        &Condition::Absent,
+        Some(60_000),
+    );
+    faulty.set_rate(1.0);
+    let stalled: Arc<dyn Backend> = faulty.clone();
+    assert_eq!(holdings.give_back(&stalled).await, 0);
+    // The store wakes and runs the acquire it held.
+    store
+        .put(
+            &partition,
+            "holder",
+            &token,
+            Some(60_000),
+            &Condition::Absent,
+        )
+        .await
+        .unwrap();
+    faulty.set_rate(0.0);
+    assert!(
+        eventually(async || store
+            .get(&partition, "holder")
+            .await
+            .unwrap()
+            .entry
+            .is_none())
+        .await,
+        "the late acquire still holds the lock"
+    );
+}
