@@ -93,7 +93,7 @@ impl RedisBackend {
             .arg(stream)
             .arg(format!("{after}-0"))
             .add_command(put.clone());
-        let durable = self.config.replica_acks > 0;
+        let durable = self.replica_acks() > 0;
         if durable {
             pipe.add_command(self.wait_command());
         }

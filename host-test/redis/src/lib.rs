@@ -76,6 +76,7 @@ use coord_host::clock::{Clock, ManualClock};
 use link::{Link, SlotTable, cluster_connection};
 use waiting::{Subscription, Waiters, dispatch_notification, manage_subscriptions};
 
+mod acks;
 mod blocking;
 mod codec;
 mod link;
@@ -124,7 +125,9 @@ pub struct RedisConfig {
     /// once the master has it, as Redis does; a write the replicas do not
     /// acknowledge within [`RedisConfig::replica_ack_timeout`] answers
     /// `unavailable`. With it, an acquisition a caller saw survives the
-    /// master's failover.
+    /// master's failover. Shared by the processes on one prefix: each
+    /// waits for the most any of them was given (`<prefix>:settings`), so
+    /// a process given fewer never lowers what the others rely on.
     pub replica_acks: u32,
     /// How long a write waits for [`RedisConfig::replica_acks`] replicas.
     pub replica_ack_timeout: Duration,
@@ -177,6 +180,8 @@ impl RedisConfig {
 /// The store on a Redis server or cluster.
 pub struct RedisBackend {
     conn: Link,
+    /// The replica acknowledgements asked for and relied on (`acks.rs`).
+    acks: acks::Acks,
     /// The store script as this backend loads it, and its SHA-1.
     script: String,
     sha: String,
@@ -305,6 +310,7 @@ impl RedisBackend {
         let unwatched_script = unwatched_script(&config);
         let backend = RedisBackend {
             conn,
+            acks: acks::Acks::new(config.replica_acks),
             sha: sha1_hex(&script),
             script,
             unwatched_sha: sha1_hex(&unwatched_script),
@@ -324,6 +330,7 @@ impl RedisBackend {
             unblock_refused: AtomicBool::new(false),
             test_turn: tokio::sync::Mutex::new(()),
         };
+        backend.settle_acks().await?;
         Ok(backend)
     }
 
@@ -494,7 +501,7 @@ impl RedisBackend {
 
     /// [`RedisBackend::run_write`], with no bound of its own.
     async fn run_write_in_turns(&self, cmd: &Cmd, scripts: &[&str]) -> Result<Value, StoreError> {
-        let wanted = self.config.replica_acks;
+        let wanted = self.replica_acks();
         if wanted == 0 {
             return self.run_script_value_in_turns(cmd, scripts).await;
         }
@@ -536,14 +543,14 @@ impl RedisBackend {
             .replica_ack_timeout
             .min(self.config.response_timeout / 2);
         let mut wait = ::redis::cmd("WAIT");
-        wait.arg(self.config.replica_acks)
+        wait.arg(self.replica_acks())
             .arg(limit.as_millis().max(1) as u64);
         wait
     }
 
     /// `unavailable` unless `acks` (a `WAIT` reply) counts enough replicas.
     fn check_acks(&self, acks: &Value) -> Result<(), StoreError> {
-        let wanted = self.config.replica_acks;
+        let wanted = self.replica_acks();
         match acks {
             Value::Int(n) if *n >= i64::from(wanted) => Ok(()),
             Value::Int(n) => Err(StoreError::Unavailable(format!(

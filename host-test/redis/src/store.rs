@@ -59,6 +59,10 @@ impl Backend for RedisBackend {
         self.run_write(&probe, &[]).await.map(|_| ())
     }
 
+    fn warnings(&self) -> Vec<String> {
+        self.acks_warnings()
+    }
+
     async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
         let _turn = self.turn().await;
         let cmd = self.script(

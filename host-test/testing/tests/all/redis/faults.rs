@@ -8,7 +8,7 @@ use super::{acquire, held, private_server};
 use crate::common::stall_proxy::StallProxy;
 use crate::common::{RedisServer, bounded, no_wait, redis_config};
 use coord_host::Runtime;
-use coord_host::backend::{Backend, StoreError};
+use coord_host::backend::{Backend, Condition, StoreError};
 use coord_host::lock::*;
 use coord_redis::{RedisBackend, RedisConfig};
 
@@ -369,6 +369,56 @@ async fn ready_exercises_a_write_and_says_no_while_writes_are_refused() {
             .await
             .unwrap();
         backend.ready().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_process_given_fewer_replica_acks_waits_for_what_the_others_rely_on() {
+    // One process waits for a replica behind every write, so its holders
+    // survive a failover; another on the same prefix, given none, must not
+    // write to the master alone beside it. The server has no replica, so a
+    // write that waits for one is unavailable: that is what shows it waits.
+    bounded(async {
+        let server = RedisServer::spawn().expect("these tests start their own redis-server");
+        let lax = redis_config(&server.url(), 64, None);
+        let strict = RedisConfig {
+            replica_acks: 1,
+            replica_ack_timeout: Duration::from_millis(100),
+            ..lax.clone()
+        };
+        let write = async |backend: &RedisBackend| {
+            backend
+                .put(
+                    "~lock:1:acks:x",
+                    "holder",
+                    b"v",
+                    Some(60_000),
+                    &Condition::Always,
+                )
+                .await
+        };
+        let started_before = RedisBackend::connect(lax.clone()).await.unwrap();
+        write(&started_before).await.unwrap();
+        assert!(started_before.warnings().is_empty());
+
+        let relying = RedisBackend::connect(strict).await.unwrap();
+        assert!(matches!(
+            write(&relying).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        let started_after = RedisBackend::connect(lax).await.unwrap();
+        let alone = write(&started_after).await;
+        assert!(
+            matches!(alone, Err(StoreError::Unavailable(_))),
+            "a process given no acknowledgements wrote to the master alone: {alone:?}"
+        );
+        assert_eq!(started_after.warnings().len(), 1, "it says why it waits");
+        // The process started before learns it at its next reading.
+        while write(&started_before).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(started_before.warnings().len(), 1);
     })
     .await
 }
