@@ -289,11 +289,7 @@ impl NatsBackend {
             subjects: vec![format!("{}.p.>", self.config.subject_prefix)],
             max_messages_per_subject: 1,
             allow_message_ttl: true,
-            num_replicas: self
-                .config
-                .replicas
-                .unwrap_or_else(|| NatsConfig::default_replicas(&self.config.url))
-                .max(1),
+            num_replicas: self.replicas_to_make(),
             storage: stream::StorageType::File,
             discard: stream::DiscardPolicy::Old,
             first_sequence: Some(first_sequence),
@@ -332,8 +328,7 @@ impl NatsBackend {
             info = stream.info().await.map_err(unavailable)?;
         }
         let have_replicas = info.config.num_replicas;
-        self.relied_on_replicas
-            .store(have_replicas as u64, Ordering::Relaxed);
+        self.rely_on_replicas(have_replicas);
         self.check_replicas(have_replicas);
         for warning in self.warnings() {
             tracing::warn!(target: "coord::store", "{warning}");

@@ -24,6 +24,36 @@ impl NatsBackend {
         (asked > have || (asked < have && self.config.allow_fewer_replicas)).then_some(asked)
     }
 
+    /// The count to make a missing stream with: what was asked (else the
+    /// default for the URLs given), but never fewer than the stream had
+    /// when this process last saw it, unless fewer are allowed. A stream
+    /// deleted and made again by a process given fewer URLs would
+    /// otherwise come back with fewer replicas than every other process
+    /// relies on.
+    pub(super) fn replicas_to_make(&self) -> usize {
+        let asked = self
+            .config
+            .replicas
+            .unwrap_or_else(|| NatsConfig::default_replicas(&self.config.url))
+            .max(1);
+        if self.config.allow_fewer_replicas {
+            return asked;
+        }
+        asked.max(self.relied_on_replicas.load(Ordering::Relaxed) as usize)
+    }
+
+    /// After seeing a stream of `have` replicas: what this process relies
+    /// on from now on. It only rises, unless fewer are allowed.
+    pub(super) fn rely_on_replicas(&self, have: usize) {
+        if self.config.allow_fewer_replicas {
+            self.relied_on_replicas
+                .store(have as u64, Ordering::Relaxed);
+        } else {
+            self.relied_on_replicas
+                .fetch_max(have as u64, Ordering::Relaxed);
+        }
+    }
+
     /// Record what is wrong with a stream of `have` replicas now.
     pub(super) fn check_replicas(&self, have: usize) {
         let stream = &self.config.stream;

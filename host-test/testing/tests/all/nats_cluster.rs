@@ -349,6 +349,39 @@ async fn a_streams_replicas_change_only_when_asked_and_never_fewer_unless_allowe
     assert_eq!(replicas().await, Some(3), "--nats-replicas 3 was ignored");
     first.ready().await.unwrap();
     assert_eq!(first.warnings(), Vec::<String>::new());
+
+    // The stream deleted (an operator), and made again by the first call
+    // to need it: that of the process given two URLs, no flag. It comes
+    // back with the replicas every process relied on, not its default.
+    let deleted = observer
+        .request("$JS.API.STREAM.DELETE.COORDREP", "".into())
+        .await
+        .unwrap();
+    let deleted: serde_json::Value = serde_json::from_slice(&deleted.payload).unwrap();
+    assert_eq!(deleted["success"], serde_json::json!(true), "{deleted}");
+    let started = Instant::now();
+    while second
+        .put(
+            "~lock:1:rep:x",
+            "holder",
+            b"v",
+            Some(60_000),
+            &coord_host::backend::Condition::Always,
+        )
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never made again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        replicas().await,
+        Some(3),
+        "made again with fewer replicas than relied on"
+    );
 }
 
 /// Outside testers SIGSTOPped the server a `coord serve` was connected
