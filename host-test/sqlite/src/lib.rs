@@ -329,11 +329,34 @@ async fn run<T: Send + 'static>(
     // it, and SQLite waits for the write lock no longer than what is
     // left), so its answer is the truth: an `unavailable` for a busy
     // timeout wrote nothing. A caller that gives up meanwhile drops this
-    // wait, and a call not started yet is then never run.
-    answered
-        .await
-        .unwrap_or_else(|_| Err(unavailable("the connection's thread has ended")))
+    // wait, and a call not started yet is then never run. But SQLite's
+    // busy timeout bounds only lock waits: a call stuck in the disk (a
+    // frozen or hung file system) holds the thread, and every call queued
+    // behind it, for as long as the disk does. So the wait for the answer
+    // ends [`STALLED_AFTER`] past the busy timeout whatever the thread
+    // does; that answer may have been written, as the contract allows of
+    // `unavailable`.
+    let wait = bound
+        .saturating_sub(started.elapsed())
+        .saturating_add(STALLED_AFTER);
+    match tokio::time::timeout(wait, answered).await {
+        Ok(answer) => {
+            answer.unwrap_or_else(|_| Err(unavailable("the connection's thread has ended")))
+        }
+        Err(_) => Err(unavailable(format!(
+            "no answer within the {} ms busy timeout and {} ms more: the database file's \
+             disk is stalled (the call may still apply)",
+            bound.as_millis(),
+            STALLED_AFTER.as_millis()
+        ))),
+    }
 }
+
+/// How long past its busy timeout a call waits for the connection's
+/// thread before it answers `unavailable` anyway: the time a call that
+/// started just inside its timeout may take to finish on a healthy disk,
+/// with room to spare.
+pub const STALLED_AFTER: Duration = Duration::from_secs(1);
 
 /// `work` on the connection's thread, with what is left of the busy
 /// timeout since the call was `started`.
@@ -468,5 +491,62 @@ async fn collect(calls: Calls, shared: Arc<Shared>) {
         if let Err(e) = deleted {
             tracing::warn!("collecting expired partitions failed: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coord_host::backend::{Backend, Condition};
+
+    /// A call queued behind one stuck in the disk (here: a call that does
+    /// not return until the test lets it) answers `unavailable` while the
+    /// connection's thread is still stuck: its busy timeout is a bound on
+    /// the whole call, as docs/sqlite.md says, not only on lock waits.
+    #[tokio::test]
+    async fn a_call_behind_a_stalled_disk_answers_within_its_bound() {
+        let dir = std::env::temp_dir().join(format!("coord-stall-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let backend = SqliteBackend::open(SqliteConfig {
+            busy_timeout: Duration::from_millis(200),
+            ..SqliteConfig::new(Some(dir.join("stall.db")))
+        })
+        .await
+        .unwrap();
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let (entered, in_disk) = tokio::sync::oneshot::channel();
+        let stalled = backend.with_connection(move |_, _| {
+            let _ = entered.send(());
+            let _ = stuck.recv();
+            Ok(())
+        });
+        let queued = async {
+            in_disk.await.unwrap();
+            // A hang detector, not a speed target: without the bound the
+            // put waits for the stuck call, which waits for this put.
+            let queued = tokio::time::timeout(
+                Duration::from_secs(60),
+                backend.put(
+                    "~lock:1:a:b",
+                    "holder",
+                    b"v",
+                    Some(60_000),
+                    &Condition::Absent,
+                ),
+            )
+            .await
+            .expect("no answer while the disk stalled");
+            // Answered while the thread is still stuck: only now let it go.
+            release.send(()).unwrap();
+            queued
+        };
+        let (stalled, queued) = tokio::join!(stalled, queued);
+        assert!(
+            matches!(&queued, Err(StoreError::Unavailable(m)) if m.contains("stalled")),
+            "{queued:?}"
+        );
+        // The stuck call itself was answered the same way.
+        assert!(matches!(stalled, Err(StoreError::Unavailable(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
