@@ -133,6 +133,36 @@ impl NatsBackend {
         Ok(())
     }
 
+    /// Whether the stream takes a write now, shown by one: a message on
+    /// `<prefix>.p.ready` (no partition's subject: their tokens begin with
+    /// `_`), collected after 10 s, acknowledged within the response
+    /// timeout. A stream that answers its info but refuses writes (sealed,
+    /// out of storage, its account over its limits) is not ready.
+    pub(super) async fn takes_a_write(&self) -> Result<(), StoreError> {
+        let subject = format!("{}.p.ready", self.config.subject_prefix);
+        let message = PublishMessage::build()
+            .payload(Bytes::from_static(b"ready"))
+            .header("Nats-TTL", "10");
+        self.trip();
+        let timeout = self.config.response_timeout;
+        let acked = async {
+            let ack = self
+                .jetstream
+                .send_publish(subject, message)
+                .await
+                .map_err(unavailable)?;
+            ack.await.map_err(unavailable)
+        };
+        tokio::time::timeout(timeout, acked)
+            .await
+            .map_err(|_| {
+                unavailable(format!(
+                    "the probe write was not acknowledged in {timeout:?}"
+                ))
+            })?
+            .map(|_| ())
+    }
+
     /// The partition's last message, if it has one.
     async fn load(&self, subject: &str) -> Result<Option<Loaded>, StoreError> {
         let stream = self

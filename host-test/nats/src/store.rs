@@ -26,7 +26,8 @@ impl PartitionStore for NatsBackend {
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
-        self.stream_has_leader().await
+        self.stream_has_leader().await?;
+        self.takes_a_write().await
     }
 
     fn warnings(&self) -> Vec<String> {

@@ -457,3 +457,25 @@ async fn a_partitions_message_stays_its_live_entries_plus_a_bounded_feed() {
     assert!(page.is_ok(), "{page:?}");
     common::delete_stream(config.url.clone(), config.stream.clone());
 }
+
+#[tokio::test]
+async fn ready_exercises_a_write_and_says_no_while_the_stream_refuses_them() {
+    // A sealed stream answers its info and tells the time, but takes no
+    // write: readiness must say so, as it must for one out of storage.
+    let config = nats_config(&nats_url(), 64, None);
+    let backend = NatsBackend::connect(config.clone()).await.unwrap();
+    backend.ready().await.unwrap();
+    let client = async_nats::connect(config.url.as_str()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let mut stream = js.get_stream(&config.stream).await.unwrap();
+    let mut sealed = stream.info().await.unwrap().config.clone();
+    sealed.sealed = true;
+    js.update_stream(sealed).await.unwrap();
+    backend.now().await.unwrap();
+    let refused = backend.ready().await;
+    assert!(
+        matches!(refused, Err(StoreError::Unavailable(_))),
+        "ready while the stream takes no write: {refused:?}"
+    );
+    js.delete_stream(&config.stream).await.unwrap();
+}
