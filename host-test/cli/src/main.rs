@@ -95,7 +95,8 @@ struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..), env = "COORD_MAX_REQUESTS")]
     max_requests: u32,
     /// How long a client may take to send a request's headers, and then its
-    /// body; a slower one gets 408 and holds no instance meanwhile.
+    /// body; a slower one gets 408 and holds no instance meanwhile. The
+    /// --admin listener cuts a client as slow with its headers too.
     #[arg(long, value_name = "MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..), env = "COORD_READ_TIMEOUT_MS")]
     read_timeout_ms: u64,
@@ -313,7 +314,13 @@ async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
         Some(listener) => {
             let address = listener.local_addr()?;
             let (metrics, store) = (server.metrics().clone(), server.store().clone());
-            tokio::spawn(coord_serve::admin::serve(listener, metrics, store));
+            let read_timeout = Duration::from_millis(args.read_timeout_ms);
+            tokio::spawn(coord_serve::admin::serve(
+                listener,
+                metrics,
+                store,
+                read_timeout,
+            ));
             Some(address)
         }
         None => None,

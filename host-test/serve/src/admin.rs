@@ -18,11 +18,15 @@ use coord_host::backend::Backend;
 /// How long `/readyz` waits for the store's clock before answering 503.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Serve the admin routes on `listener` until the task is dropped.
+/// Serve the admin routes on `listener` until the task is dropped. A
+/// client that takes longer than `read_timeout` to send a request's
+/// headers is disconnected, as on the functions' listener: slow clients
+/// cannot pile up connections here either.
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<ServeMetrics>,
     store: Arc<dyn Backend>,
+    read_timeout: Duration,
 ) -> std::io::Result<()> {
     loop {
         let Ok((client, _)) = listener.accept().await else {
@@ -36,6 +40,8 @@ pub async fn serve(
                 async move { Ok::<_, std::convert::Infallible>(route(request, &metrics, &store).await) }
             });
             let _ = http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(read_timeout)
                 .serve_connection(TokioIo::new(client), service)
                 .await;
         });

@@ -226,3 +226,21 @@ async fn slow_clients_get_408_and_never_starve_a_fast_one() {
         "a body that never arrived wrote nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_on_the_admin_listener_is_cut_at_the_read_timeout() {
+    // Headers that never end, on the operator's listener: closed at the
+    // read timeout, as on the functions' one, not held for ever.
+    let port = crate::serve_admin::free_port();
+    let admin = format!("127.0.0.1:{port}");
+    let _serve = Serve::start(&["--admin", &admin, "--read-timeout-ms", "1000"]);
+    let mut slow = tokio::net::TcpStream::connect(&admin).await.unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let reply = common::bounded(read_to_close(&mut slow)).await;
+    assert!(
+        reply.is_empty() || reply.starts_with("HTTP/1.1 408"),
+        "{reply}"
+    );
+}
