@@ -344,28 +344,41 @@ async fn a_semaphore_call_is_one_round_trip_on_the_rows_this_process_knows() {
     );
 }
 
-#[tokio::test]
-async fn a_semaphore_known_in_part_never_names_a_holder_from_the_rows_it_knows_once_the_first_is_gone()
- {
+/// One backend on a test clock, with its table, and a semaphore `q` of
+/// limit 100 holding 40 permits, `k000` expiring first, then `k001`, …:
+/// more than a backend knows whole ([`coord_postgres::KNOWN_ROWS`]).
+async fn forty_permits(q: &str) -> (PostgresBackend, Arc<ManualClock>, Table) {
     let url = postgres_url().await;
     let clock = Arc::new(ManualClock::new(T0));
     let config = postgres_config(&url, 64, Some(clock.clone()));
-    let _table = Table {
+    let table = Table {
         url,
         name: config.table.clone(),
     };
     let a = PostgresBackend::connect(config).await.unwrap();
-    let under = Condition::AbsentAndFewerThan;
-    let q = "~sem:1:spec:first";
-    // 40 permits, k000 expiring first, then k001, …
     for i in 0..40u64 {
         let key = format!("k{i:03}");
         applied(
-            a.put(q, &key, b"v", Some(100_000 + i), &under(100))
-                .await
-                .unwrap(),
+            a.put(
+                q,
+                &key,
+                b"v",
+                Some(100_000 + i),
+                &Condition::AbsentAndFewerThan(100),
+            )
+            .await
+            .unwrap(),
         );
     }
+    (a, clock, table)
+}
+
+#[tokio::test]
+async fn a_semaphore_known_in_part_never_names_a_holder_from_the_rows_it_knows_once_the_first_is_gone()
+ {
+    let q = "~sem:1:spec:first";
+    let (a, clock, _table) = forty_permits(q).await;
+    let under = Condition::AbsentAndFewerThan;
     // A loads k000 (the first to expire) and x; then releases k000, so the
     // rows A knows no longer hold the first of all (k001, not loaded).
     applied(
@@ -406,24 +419,9 @@ async fn a_semaphore_known_in_part_never_answers_for_a_permit_it_did_not_load() 
     // sweeping it), an extend, release or read of another permit must not
     // be answered as if that permit were gone: the server checks the key
     // is absent as decided, or the call reads it.
-    let url = postgres_url().await;
-    let clock = Arc::new(ManualClock::new(T0));
-    let config = postgres_config(&url, 64, Some(clock.clone()));
-    let _table = Table {
-        url,
-        name: config.table.clone(),
-    };
-    let a = PostgresBackend::connect(config).await.unwrap();
-    let under = Condition::AbsentAndFewerThan;
     let q = "~sem:1:spec:unloaded";
-    for i in 0..40u64 {
-        let key = format!("k{i:03}");
-        applied(
-            a.put(q, &key, b"v", Some(100_000 + i), &under(100))
-                .await
-                .unwrap(),
-        );
-    }
+    let (a, clock, _table) = forty_permits(q).await;
+    let under = Condition::AbsentAndFewerThan;
     for (i, key) in ["k020", "k021", "k022"].into_iter().enumerate() {
         // A short permit of A's, then gone by expiry.
         applied(

@@ -324,50 +324,30 @@ async fn ready_exercises_a_write_and_says_no_while_writes_are_refused() {
         backend.ready().await.unwrap();
         let client = redis::Client::open(server.url()).unwrap();
         let mut admin = client.get_multiplexed_async_connection().await.unwrap();
-        let config = |name: &'static str, value: String| {
-            let mut set = redis::cmd("CONFIG");
-            set.arg("SET").arg(name).arg(value);
-            set
-        };
-        let _: () = config("maxmemory-policy", "noeviction".into())
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        let _: () = config("maxmemory", "1".into())
-            .query_async(&mut admin)
-            .await
-            .unwrap();
+        send(
+            &mut admin,
+            &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+        )
+        .await;
+        send(&mut admin, &["CONFIG", "SET", "maxmemory", "1"]).await;
         backend.now().await.unwrap();
         let refused = backend.ready().await;
         assert!(
             matches!(&refused, Err(StoreError::Unavailable(m)) if m.contains("OOM")),
             "ready while every write is refused: {refused:?}"
         );
-        let _: () = config("maxmemory", "0".into())
-            .query_async(&mut admin)
-            .await
-            .unwrap();
+        send(&mut admin, &["CONFIG", "SET", "maxmemory", "0"]).await;
         backend.ready().await.unwrap();
 
-        let nobody = crate::common::free_ports(1).unwrap()[0];
-        let _: () = redis::cmd("REPLICAOF")
-            .arg("127.0.0.1")
-            .arg(nobody)
-            .query_async(&mut admin)
-            .await
-            .unwrap();
+        let nobody = crate::common::free_ports(1).unwrap()[0].to_string();
+        send(&mut admin, &["REPLICAOF", "127.0.0.1", &nobody]).await;
         backend.now().await.unwrap();
         let refused = backend.ready().await;
         assert!(
             matches!(&refused, Err(StoreError::Unavailable(m)) if m.contains("read only replica")),
             "ready as a read-only replica: {refused:?}"
         );
-        let _: () = redis::cmd("REPLICAOF")
-            .arg("NO")
-            .arg("ONE")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
+        send(&mut admin, &["REPLICAOF", "NO", "ONE"]).await;
         backend.ready().await.unwrap();
     })
     .await
@@ -421,4 +401,13 @@ async fn a_process_given_fewer_replica_acks_waits_for_what_the_others_rely_on() 
         assert_eq!(started_before.warnings().len(), 1);
     })
     .await
+}
+
+/// Send `command` (its name, then its arguments) on `admin`; it must succeed.
+async fn send(admin: &mut redis::aio::MultiplexedConnection, command: &[&str]) {
+    let _: () = redis::cmd(command[0])
+        .arg(&command[1..])
+        .query_async(admin)
+        .await
+        .unwrap();
 }
