@@ -355,7 +355,7 @@ const LATE_TAKE_BACK_WAIT: Duration = Duration::from_secs(10);
 /// `WAIT` held the shared connection for half a second, the take-back read
 /// timed out behind them, the acquires landed later, and two locks stayed
 /// held by nobody for their TTL). Looks for the entry's TTL (an entry with
-/// none: [`GIVE_UP_AFTER`]), closely for the first [`TAKE_BACK_WINDOW`].
+/// none: two days), closely for the first 30 s.
 pub fn take_back_in_background(
     backend: Arc<dyn Backend>,
     partition: &str,
