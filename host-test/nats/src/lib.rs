@@ -55,7 +55,7 @@ use coord_host::clock::ManualClock;
 mod replicas;
 mod seen;
 mod snapshot;
-pub use snapshot::FEED_BYTES;
+pub use snapshot::{FEED_BYTES, NO_ACK_IN_TIME};
 mod store;
 
 /// The oldest nats-server coord runs on: per-message TTLs (`Nats-TTL`),

@@ -202,13 +202,15 @@ impl NatsBackend {
     }
 
     /// Write `partition` decided at `now` if the subject's last message is
-    /// still `sequence` (0: it has none).
+    /// still `sequence` (0: it has none), its acknowledgement awaited until
+    /// the call's `deadline` at most.
     async fn store(
         &self,
         subject: &str,
         partition: &mut Partition,
         now: u64,
         sequence: u64,
+        deadline: Instant,
     ) -> Result<(u64, Bytes), StoreFailure> {
         // Every write rewrites the whole partition, so the feed it carries
         // is bounded in bytes as well as in changes, by the live entries'
@@ -241,13 +243,35 @@ impl NatsBackend {
         if let Some(ttl) = self.collect_after(partition, now) {
             message = message.header("Nats-TTL", ttl.to_string());
         }
+        // A write begun with no time left would be answered `unavailable`
+        // while it may still apply: not sent, it certainly does not.
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(StoreFailure::Failed(unavailable(
+                "the response timeout passed before the write was sent; nothing was applied",
+            )));
+        }
         self.trip();
-        let ack = self
-            .jetstream
-            .send_publish(subject.to_string(), message)
-            .await
-            .map_err(|e| StoreFailure::Failed(unavailable(e)))?;
-        match ack.await {
+        let acked = async {
+            let ack = self
+                .jetstream
+                .send_publish(subject.to_string(), message)
+                .await
+                .map_err(|e| StoreFailure::Failed(unavailable(e)))?;
+            Ok(ack.await)
+        };
+        // The client's own wait is the whole response timeout; the call's
+        // bound is what is left of it.
+        let acked = match tokio::time::timeout(left, acked).await {
+            Ok(acked) => acked?,
+            Err(_) => {
+                return Err(StoreFailure::Failed(unavailable(format!(
+                    "{NO_ACK_IN_TIME} ({left:?} left of the response timeout); the write may \
+                     yet apply"
+                ))));
+            }
+        };
+        match acked {
             Ok(ack) => Ok((ack.sequence, encoded.into())),
             Err(e) if lost_a_race(&e) => Err(StoreFailure::Raced),
             // The client's name for a 503 "no responders" to the publish.
@@ -293,6 +317,10 @@ impl NatsBackend {
         mut decide: impl FnMut(&mut Partition, u64) -> T,
     ) -> Result<(T, u64), StoreError> {
         let subject = self.state_subject(name);
+        // One bound for the whole call: the fast path's write, every read
+        // and write after it.
+        let started = Instant::now();
+        let deadline = started + self.config.response_timeout;
         if let (true, Some(seen), Some((low, high))) =
             (skip_read, self.seen(name), self.clock_bounds())
             && let Ok(mut partition) = Partition::decode(&seen.encoded)
@@ -303,7 +331,7 @@ impl NatsBackend {
             let answer = decide(&mut partition, now);
             if partition.encode() != seen.encoded.as_ref() {
                 match self
-                    .store(&subject, &mut partition, now, seen.sequence)
+                    .store(&subject, &mut partition, now, seen.sequence, deadline)
                     .await
                 {
                     Ok(stored) => {
@@ -327,7 +355,6 @@ impl NatsBackend {
                 }
             }
         }
-        let started = Instant::now();
         let mut races = 0u32;
         let mut unheard = 0u32;
         loop {
@@ -385,7 +412,10 @@ impl NatsBackend {
             if !changed {
                 return Ok((answer, now));
             }
-            match self.store(&subject, &mut partition, now, sequence).await {
+            match self
+                .store(&subject, &mut partition, now, sequence, deadline)
+                .await
+            {
                 Ok(stored) => {
                     self.stored(name, &partition, revision, now, stored).await;
                     return Ok((answer, now));
@@ -559,3 +589,7 @@ fn lost_a_race(error: &async_nats::jetstream::context::PublishError) -> bool {
             )
         })
 }
+
+/// How a write whose acknowledgement did not come within the call's bound
+/// is reported: in doubt, as async-nats's own "didn't receive ack" is.
+pub const NO_ACK_IN_TIME: &str = "no acknowledgement of the write came in time";

@@ -479,3 +479,53 @@ async fn ready_exercises_a_write_and_says_no_while_the_stream_refuses_them() {
     );
     js.delete_stream(&config.stream).await.unwrap();
 }
+
+/// The response timeout bounds a whole call, its reads and its write's
+/// acknowledgement together. A create (which reads first) whose read was
+/// held most of the timeout, and whose write was then held, used to wait
+/// the client's own full timeout for the acknowledgement on top: 3 s of
+/// stall plus 4 s, where 4 s was stated. The margins either side of the
+/// bound are 1.5 s, so neither a slow machine nor the old wait passes for
+/// the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_read_and_write_are_stalled_answers_within_the_response_timeout() {
+    let url = nats_url();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = common::stall_proxy::StallProxy::start(port).await;
+    let mut config = nats_config(&format!("nats://127.0.0.1:{}", proxy.port), 64, None);
+    config.response_timeout = Duration::from_secs(4);
+    let backend = Arc::new(NatsBackend::connect(config.clone()).await.unwrap());
+    applied(
+        backend
+            .put("~lock", "first", b"x", None, &Condition::Always)
+            .await
+            .unwrap(),
+    );
+    proxy.stall(true);
+    let call = {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let answer = backend
+                .put("~lock", "second", b"y", Some(60_000), &Condition::Absent)
+                .await;
+            (answer, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The read goes through; the write that follows it is held.
+    proxy.stall_when_sent(format!("PUB {}.p.", config.subject_prefix).as_bytes());
+    proxy.stall(false);
+    let (answer, took) = call.await.unwrap();
+    proxy.stall(false);
+    eprintln!("answered after {took:?}: {answer:?}");
+    assert!(
+        matches!(&answer, Err(StoreError::Unavailable(_))),
+        "a held write is unavailable: {answer:?}"
+    );
+    assert!(
+        took < Duration::from_millis(5_500),
+        "answered after {took:?} with a 4 s response timeout: {answer:?}"
+    );
+    common::delete_stream(config.url.clone(), config.stream.clone());
+}

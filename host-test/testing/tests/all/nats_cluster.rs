@@ -141,7 +141,7 @@ async fn contention_on_a_replicated_stream_is_decided_again_never_unavailable() 
 /// honest answer, and a failed acquire is taken back in the background.
 /// Every other failure while the servers run is a defect.
 fn in_doubt(error: &str) -> bool {
-    error.contains("didn't receive ack")
+    error.contains("didn't receive ack") || error.contains(coord_nats::NO_ACK_IN_TIME)
 }
 
 /// Wait until `calls` reaches `target`; panic once it stands still for the
