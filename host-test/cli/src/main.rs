@@ -94,6 +94,19 @@ struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = coord_serve::MAX_CONCURRENT_REQUESTS,
           value_parser = clap::value_parser!(u32).range(1..), env = "COORD_MAX_REQUESTS")]
     max_requests: u32,
+    /// Connections open at once; one more is closed as soon as it is
+    /// accepted (counted in coord_connections_refused_total).
+    #[arg(long, value_name = "N", default_value_t = coord_serve::limits::MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..),
+          env = "COORD_MAX_CONNECTIONS")]
+    max_connections: usize,
+    /// Bytes of request bodies held in memory at once, across requests
+    /// (each body is at most 2 MiB); a request whose body would pass it
+    /// gets 503.
+    #[arg(long, value_name = "BYTES", default_value_t = coord_serve::limits::MAX_BUFFERED_BYTES,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..),
+          env = "COORD_MAX_BUFFERED_BYTES")]
+    max_buffered_bytes: usize,
     /// How long a client may take to send a request's headers, and then its
     /// body; a slower one gets 408 and holds no instance meanwhile. The
     /// --admin listener cuts a client as slow with its headers too.
@@ -287,7 +300,9 @@ async fn serve(args: ServeArgs) -> wasmtime::Result<()> {
             args.cache_dir().as_deref(),
         )?
         .with_read_timeout(Duration::from_millis(args.read_timeout_ms))
-        .with_deadline(Duration::from_millis(args.deadline_ms)),
+        .with_deadline(Duration::from_millis(args.deadline_ms))
+        .with_max_connections(args.max_connections)
+        .with_max_buffered_bytes(args.max_buffered_bytes),
     );
     let listen = args.listen;
     let listener = tokio::net::TcpListener::bind(listen)

@@ -33,10 +33,12 @@ pub mod admin;
 pub mod compose;
 pub mod connecting;
 pub mod footprint;
+pub mod limits;
 pub mod metrics;
 mod request;
 
 use footprint::Footprint;
+use limits::{Allowance, Taken};
 use metrics::{MeteredBackend, RequestLabels, RouteLabels, ServeMetrics};
 pub use request::RequestState;
 use request::{Failure, InUse, NoOutgoingRequests, RequestLog};
@@ -61,6 +63,11 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest request body accepted; a larger one gets 413.
 pub const MAX_BODY_BYTES: usize = 2 << 20;
 
+/// The most a connection's read buffer holds (hyper's default is about
+/// 400 KiB): request headers larger than this are refused with 431, and a
+/// client sending its headers slowly holds no more than this meanwhile.
+const READ_BUFFER_BYTES: usize = 64 << 10;
+
 /// How often the engine's epoch advances; the deadline's resolution.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -74,6 +81,10 @@ pub struct Server {
     composed: bool,
     read_timeout: Duration,
     deadline: Duration,
+    /// Connections open now, and how many may be.
+    connections: Arc<Allowance>,
+    /// Bytes of request bodies held now, and how many may be.
+    buffered: Arc<Allowance>,
     metrics: Arc<ServeMetrics>,
     /// Set when a shutdown's grace has passed: every handler still running
     /// is cut, and gives back what it holds.
@@ -195,6 +206,8 @@ impl Server {
             composed,
             read_timeout: READ_TIMEOUT,
             deadline: REQUEST_DEADLINE,
+            connections: Allowance::new(limits::MAX_CONNECTIONS),
+            buffered: Allowance::new(limits::MAX_BUFFERED_BYTES),
             metrics,
             cut: tokio::sync::watch::channel(false).0,
             running: Arc::default(),
@@ -222,6 +235,22 @@ impl Server {
     /// instead of [`REQUEST_DEADLINE`].
     pub fn with_deadline(mut self, deadline: Duration) -> Server {
         self.deadline = deadline;
+        self
+    }
+
+    /// This server with at most `connections` open at once, instead of
+    /// [`limits::MAX_CONNECTIONS`]; one more is closed as soon as it is
+    /// accepted.
+    pub fn with_max_connections(mut self, connections: usize) -> Server {
+        self.connections = Allowance::new(connections);
+        self
+    }
+
+    /// This server holding at most `bytes` of request bodies at once,
+    /// instead of [`limits::MAX_BUFFERED_BYTES`]; a request whose body
+    /// would pass it gets 503.
+    pub fn with_max_buffered_bytes(mut self, bytes: usize) -> Server {
+        self.buffered = Allowance::new(bytes);
         self
     }
 
@@ -261,6 +290,14 @@ impl Server {
                 },
                 () = &mut shutdown => break,
             };
+            // Past the bound, closed at once: each open connection may hold
+            // a read buffer, and a body, for the whole read timeout.
+            let mut slot = Taken::none(&self.connections);
+            if !slot.more(1) {
+                self.metrics.connections_refused.inc();
+                drop(client);
+                continue;
+            }
             // Small replies must not wait for Nagle's algorithm.
             let _ = client.set_nodelay(true);
             let server = self.clone();
@@ -272,11 +309,14 @@ impl Server {
                 .keep_alive(true)
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(self.read_timeout)
+                .max_buf_size(READ_BUFFER_BYTES)
+                .max_header_size(READ_BUFFER_BYTES)
                 .serve_connection(TokioIo::new(client), service);
             let connection = connections.watch(connection);
             // A client that hangs up mid-request is not the server's error.
             tokio::spawn(async move {
                 let _ = connection.await;
+                drop(slot);
             });
         }
         drop(listener);
@@ -354,16 +394,48 @@ impl Server {
         response
     }
 
-    /// Read the body whole, within the read timeout and the size limit,
-    /// before the request may take an instance.
+    /// Read the body whole, within the read timeout, the size limit and
+    /// the bytes all bodies may hold at once, before the request may take
+    /// an instance. The body's bytes count against that bound until the
+    /// returned [`Taken`] is dropped.
     async fn read_whole(
         &self,
         request: hyper::Request<Incoming>,
-    ) -> Result<hyper::Request<Full<Bytes>>, Failure> {
-        let (parts, body) = request.into_parts();
-        let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
-        let read = tokio::time::timeout(self.read_timeout, limited.collect()).await;
-        match read {
+    ) -> Result<(hyper::Request<Full<Bytes>>, Taken), Failure> {
+        let (parts, mut body) = request.into_parts();
+        let too_large = || Failure::client(413, format!("larger than {MAX_BODY_BYTES} bytes"));
+        if hyper::body::Body::size_hint(&body)
+            .exact()
+            .is_some_and(|declared| declared > MAX_BODY_BYTES as u64)
+        {
+            return Err(too_large());
+        }
+        let mut held = Taken::none(&self.buffered);
+        let reading = async {
+            let mut whole = Vec::new();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| Failure::client(400, format!("unreadable: {e}")))?;
+                let Ok(data) = frame.into_data() else {
+                    continue; // trailers: nothing a function reads
+                };
+                if whole.len() + data.len() > MAX_BODY_BYTES {
+                    return Err(too_large());
+                }
+                if !held.more(data.len()) {
+                    return Err(Failure::client(
+                        503,
+                        format!(
+                            "the server holds {} bytes of request bodies at most, and other \
+                             requests hold them now: try again shortly",
+                            self.buffered.limit()
+                        ),
+                    ));
+                }
+                whole.extend_from_slice(&data);
+            }
+            Ok(whole)
+        };
+        match tokio::time::timeout(self.read_timeout, reading).await {
             Err(_) => Err(Failure::client(
                 408,
                 format!(
@@ -371,13 +443,10 @@ impl Server {
                     self.read_timeout.as_millis()
                 ),
             )),
-            Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(
-                Failure::client(413, format!("larger than {MAX_BODY_BYTES} bytes")),
-            ),
-            Ok(Err(error)) => Err(Failure::client(400, format!("unreadable: {error}"))),
-            Ok(Ok(collected)) => Ok(hyper::Request::from_parts(
-                parts,
-                Full::new(collected.to_bytes()),
+            Ok(Err(failure)) => Err(failure),
+            Ok(Ok(whole)) => Ok((
+                hyper::Request::from_parts(parts, Full::new(Bytes::from(whole))),
+                held,
             )),
         }
     }
@@ -388,7 +457,7 @@ impl Server {
         arrived: std::time::Instant,
         log: RequestLog,
     ) -> Result<hyper::Response<HyperOutgoingBody>, Failure> {
-        let request = self.read_whole(request).await?;
+        let (request, _body_held) = self.read_whole(request).await?;
         let mut store = Store::new(
             self.pre.engine(),
             RequestState {

@@ -171,6 +171,9 @@ pub struct ServeMetrics {
     pub instances_in_use: Gauge<i64, std::sync::atomic::AtomicI64>,
     /// Requests refused because every instance was in use.
     pub pool_rejections: Counter<u64, AtomicU64>,
+    /// Connections closed as soon as accepted, because the most allowed
+    /// (`--max-connections`) were open.
+    pub connections_refused: Counter<u64, AtomicU64>,
     /// Configuration warnings the store reports (listed by `/readyz`), as
     /// of the last scrape.
     pub store_warnings: Gauge<i64, std::sync::atomic::AtomicI64>,
@@ -193,6 +196,7 @@ impl Default for ServeMetrics {
         );
         let instances_in_use = Gauge::default();
         let pool_rejections = Counter::default();
+        let connections_refused = Counter::default();
         let store_warnings = Gauge::default();
         let mut registry = Registry::with_prefix("coord");
         registry.register("requests", "Requests answered", requests.clone());
@@ -238,6 +242,11 @@ impl Default for ServeMetrics {
             pool_rejections.clone(),
         );
         registry.register(
+            "connections_refused",
+            "Connections closed as soon as accepted, with the most allowed (--max-connections) open",
+            connections_refused.clone(),
+        );
+        registry.register(
             "store_warnings",
             "What is wrong with the store's configuration now, though it works (listed by /readyz): a NATS stream with fewer replicas than asked for or relied on",
             store_warnings.clone(),
@@ -254,6 +263,7 @@ impl Default for ServeMetrics {
             wait_duration,
             instances_in_use,
             pool_rejections,
+            connections_refused,
             store_warnings,
             routes: Mutex::new(HashSet::new()),
         }
