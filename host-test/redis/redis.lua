@@ -49,8 +49,11 @@
 -- argument costs Redis a string and a slot in ARGV (callgrind: about 1 000
 -- instructions), and a number in it a `tonumber` as well.
 --
--- ARGV[1] operation, ARGV[2] '' (use Redis's TIME) or a test clock's now in
--- ms, ARGV[3] the channel to publish a partition's changes on, ARGV[4..] the
+-- ARGV[1] operation, ARGV[2] '' (use Redis's TIME), '-d' (use Redis's TIME,
+-- and past the deadline d in ms on it change nothing and answer the error
+-- LATE: the caller has answered `unavailable` by then, and a call held in a
+-- paused server must not apply afterwards) or a test clock's now in ms,
+-- ARGV[3] the channel to publish a partition's changes on, ARGV[4..] the
 -- operation's arguments, only those it uses:
 --   get     key
 --   put     key, value, ttl-ms or -1, condition
@@ -77,13 +80,18 @@ local op = ARGV[1]
 -- The store's clock: `now` in milliseconds for TTLs and replies, `clock_us`
 -- in microseconds for the floor of new revisions.
 local now, clock_us
-if ARGV[2] == '' then
+local given = ARGV[2]
+local deadline = given ~= '' and -tonumber(given)
+if given == '' or deadline > 0 then
   local t = redis.call('TIME')
   local seconds, micros = tonumber(t[1]), tonumber(t[2])
   now = seconds * 1000 + math.floor(micros / 1000)
   clock_us = seconds * 1000000 + micros
+  if deadline and now > deadline then
+    return redis.error_reply('LATE the call ran past its deadline; nothing was applied')
+  end
 else
-  now = tonumber(ARGV[2]) -- a test's manual clock
+  now = -deadline -- a test's manual clock
   clock_us = now * 1000
 end
 -- An integer as the text a command takes.

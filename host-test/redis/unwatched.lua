@@ -45,7 +45,11 @@
 -- condition  a write's: 1 always, 2 absent, 3 revision (the guard
 --          revision), 4 revision and value (the guard revision and value),
 --          5 absent and fewer than (the guard revision: the limit)
--- clock    -1 for Redis's TIME, else a test clock's now in ms
+-- clock    -1 for Redis's TIME; -d (d > 1) for Redis's TIME and a deadline d
+--          in ms on it, past which the call changes nothing and answers the
+--          error LATE (its caller has answered `unavailable` by then: a
+--          call held in a paused server must not apply afterwards); else a
+--          test clock's now in ms
 -- number   put and touch: the TTL in ms, -1 for none; arm: after
 -- Replies are redis.lua's, so the backend reads both alike.
 --
@@ -59,11 +63,15 @@ local op, ctype, now, number, guard, key, new_value, guard_value =
   struct.unpack('<BBdddI4c0I4c0I4c0', ARGV[1])
 local clock_us
 if now < 0 then
+  local deadline = -now
   local t = redis.call('TIME')
   -- Two conversions from text, not one per use: each is a strtod.
   clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local us = clock_us % 1000
   now = (clock_us - us) / 1000
+  if deadline > 1 and now > deadline then
+    return redis.error_reply('LATE the call ran past its deadline; nothing was applied')
+  end
 else
   clock_us = now * 1000 -- a test's manual clock
 end

@@ -58,7 +58,6 @@ impl RedisBackend {
             condition: Some(condition),
             ..Inputs::default()
         };
-        let put = self.script(partition, Op::Put, &inputs);
         let sent = inputs.sent();
         let unblock = !self.unblock_refused.load(Ordering::Relaxed);
         let backstop = if unblock {
@@ -66,6 +65,14 @@ impl RedisBackend {
         } else {
             0
         };
+        let limit = Duration::from_millis(timeout_ms.saturating_add(backstop))
+            .saturating_add(self.config.response_timeout);
+        let put = self.write_script(
+            partition,
+            Op::Put,
+            &inputs,
+            std::time::Instant::now() + limit,
+        );
         let mut pipe = ::redis::pipe();
         // A partition kept as one string has no feed, only a wake-up stream
         // that its writes fill while somebody waits: `arm` says so first (and
@@ -99,8 +106,6 @@ impl RedisBackend {
         }
         pipe.ignore_errors();
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let limit = Duration::from_millis(timeout_ms.saturating_add(backstop))
-            .saturating_add(self.config.response_timeout);
         let (blocked_at, blocked_id) = (conn.node.clone(), conn.id);
         let exchange = async {
             let replies = pipe.query_async::<Vec<Value>>(&mut conn.conn);

@@ -79,6 +79,7 @@ use waiting::{Subscription, Waiters, dispatch_notification, manage_subscriptions
 mod acks;
 mod blocking;
 mod codec;
+mod deadline;
 mod link;
 mod store;
 mod test_clock;
@@ -191,6 +192,8 @@ pub struct RedisBackend {
     meter_sha: String,
     config: RedisConfig,
     round_trips: AtomicU64,
+    /// Redis's clock as last heard, for writes' deadlines.
+    server_clock: deadline::ServerClock,
     waiters: Waiters,
     subscriptions: mpsc::UnboundedSender<Subscription>,
     /// The settings of the connections `wait-then-put` blocks on (RESP3,
@@ -318,6 +321,7 @@ impl RedisBackend {
             meter_sha: sha1_hex(METER_SCRIPT),
             config,
             round_trips: AtomicU64::new(0),
+            server_clock: deadline::ServerClock::default(),
             waiters,
             subscriptions: sub_tx,
             blocking_info: push_info,
@@ -407,13 +411,57 @@ impl RedisBackend {
     /// `unwatched.lua` for a partition kept as one string ([`one_string`]),
     /// with every input packed in one argument; `redis.lua` otherwise.
     fn script(&self, partition: &str, op: Op, inputs: &Inputs) -> Cmd {
-        let clock = self.config.test_clock.as_ref().map(|clock| clock.now_ms());
+        let clock = match &self.config.test_clock {
+            Some(clock) => ScriptClock::Test(clock.now_ms()),
+            None => ScriptClock::Redis,
+        };
+        self.script_on(partition, op, inputs, clock)
+    }
+
+    /// [`RedisBackend::script`] for a write whose caller `gives_up` then:
+    /// with a recent sample of the partition's server clock, the script
+    /// refuses to run past that moment (`deadline.rs`).
+    fn write_script(
+        &self,
+        partition: &str,
+        op: Op,
+        inputs: &Inputs,
+        gives_up: std::time::Instant,
+    ) -> Cmd {
+        let clock = match &self.config.test_clock {
+            Some(clock) => ScriptClock::Test(clock.now_ms()),
+            None => self
+                .server_clock
+                .deadline_ms(self.clock_slot(partition), gives_up)
+                .map_or(ScriptClock::Redis, ScriptClock::RedisBefore),
+        };
+        self.script_on(partition, op, inputs, clock)
+    }
+
+    fn script_on(&self, partition: &str, op: Op, inputs: &Inputs, clock: ScriptClock) -> Cmd {
         let sha = if one_string(partition) {
             &self.unwatched_sha
         } else {
             &self.sha
         };
         script_command(sha, &self.config.prefix, partition, op, inputs, clock)
+    }
+
+    /// Whose clock a partition's calls are decided on: its slot's master
+    /// on a cluster, the one server (slot 0) otherwise.
+    fn clock_slot(&self, partition: &str) -> u16 {
+        if self.config.cluster {
+            slot_of(&self.key(partition, "e"))
+        } else {
+            0
+        }
+    }
+
+    /// A reply from `partition`'s server said its clock read `now`.
+    fn heard_clock(&self, partition: &str, now: u64) {
+        if self.config.test_clock.is_none() {
+            self.server_clock.heard(self.clock_slot(partition), now);
+        }
     }
 
     /// The scripts a store call may need loaded again after `NOSCRIPT`.
@@ -481,12 +529,15 @@ impl RedisBackend {
         op: Op,
         inputs: Inputs<'_>,
     ) -> Result<WriteReply, StoreError> {
-        let cmd = self.script(partition, op, &inputs);
-        write_reply(
+        let gives_up = std::time::Instant::now() + self.config.response_timeout;
+        let cmd = self.write_script(partition, op, &inputs, gives_up);
+        let reply = write_reply(
             self.run_write(&cmd, &self.store_scripts()).await?,
             inputs.key,
             inputs.sent(),
-        )
+        )?;
+        self.heard_clock(partition, reply.now);
+        Ok(reply)
     }
 
     /// [`RedisBackend::run_script_value`] for a call that writes: with
@@ -621,23 +672,38 @@ fn unwatched_script(config: &RedisConfig) -> String {
     )
 }
 
+/// Which clock a script call is decided on.
+#[derive(Clone, Copy, Debug)]
+enum ScriptClock {
+    /// Redis's `TIME`.
+    Redis,
+    /// Redis's `TIME`, and the call changes nothing (it answers `LATE`)
+    /// once that is past this deadline in ms.
+    RedisBefore(u64),
+    /// A test clock's now, in ms.
+    Test(u64),
+}
+
 /// The `EVALSHA` of script `sha` for `op` on `partition` with its `inputs`
-/// ([`RedisBackend::script`]): the test clock's `clock`, or Redis's TIME
-/// when `None`.
+/// ([`RedisBackend::script`]), on `clock`.
 fn script_command(
     sha: &str,
     prefix: &str,
     partition: &str,
     op: Op,
     inputs: &Inputs,
-    clock: Option<u64>,
+    clock: ScriptClock,
 ) -> Cmd {
     let mut cmd = ::redis::cmd("EVALSHA");
     cmd.arg(sha);
     if one_string(partition) {
         // One key; the script finds the stream and channel beside it.
-        // -1 asks for Redis's TIME.
-        let clock = clock.map_or(-1.0, |now| now as f64);
+        // -1 asks for Redis's TIME, -d for it with the deadline d.
+        let clock = match clock {
+            ScriptClock::Redis => -1.0,
+            ScriptClock::RedisBefore(deadline) => -(deadline.max(2) as f64),
+            ScriptClock::Test(now) => now as f64,
+        };
         cmd.arg(1)
             .arg(partition_key(prefix, partition, "s"))
             .arg(inputs.packed(op, clock));
@@ -645,10 +711,12 @@ fn script_command(
     }
     let [e, x, f, w] = ["e", "x", "f", "w"].map(|part| partition_key(prefix, partition, part));
     cmd.arg(3).arg(e).arg(x).arg(f).arg(op.name());
-    // The script reads Redis's TIME unless a test clock gives the time.
+    // '' for Redis's TIME, '-d' for it with the deadline d, or a test
+    // clock's time.
     match clock {
-        Some(now) => cmd.arg(now),
-        None => cmd.arg(""),
+        ScriptClock::Redis => cmd.arg(""),
+        ScriptClock::RedisBefore(deadline) => cmd.arg(format!("-{}", deadline.max(1))),
+        ScriptClock::Test(now) => cmd.arg(now),
     };
     cmd.arg(w);
     inputs.append_to(op, &mut cmd);

@@ -34,7 +34,11 @@ impl Backend for RedisBackend {
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        Ok(secs * 1000 + micros / 1000)
+        let now = secs * 1000 + micros / 1000;
+        if !self.config.cluster {
+            self.server_clock.heard(0, now);
+        }
+        Ok(now)
     }
 
     /// A write, as every write is sent: `SET <prefix>:ready` (10 s TTL),
@@ -75,10 +79,12 @@ impl Backend for RedisBackend {
         );
         let reply = self.run(&cmd).await?;
         let mut r = Reader::new(&reply);
-        Ok(ReadReply {
+        let read = ReadReply {
             now: r.u64()?,
             entry: r.maybe_entry()?,
-        })
+        };
+        self.heard_clock(partition, read.now);
+        Ok(read)
     }
 
     async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {

@@ -22,8 +22,8 @@ use super::codec::{
 };
 use super::tests::{listed, listing_of, packed, paged};
 use super::{
-    METER_SCRIPT, RedisConfig, one_string, partition_key, script_command, sha1_hex, store_script,
-    unwatched_script,
+    METER_SCRIPT, RedisConfig, ScriptClock, one_string, partition_key, script_command, sha1_hex,
+    store_script, unwatched_script,
 };
 
 /// Where the vectors live, beside the scripts they describe.
@@ -150,6 +150,7 @@ impl Call {
             max: self.max,
         };
         let args = |clock: Option<u64>| -> Vec<Json> {
+            let clock = clock.map_or(ScriptClock::Redis, ScriptClock::Test);
             let cmd = script_command("SHA", "coord", self.partition, self.op, &inputs, clock);
             cmd.args_iter()
                 .skip(2) // EVALSHA and the SHA

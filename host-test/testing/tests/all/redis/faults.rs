@@ -403,6 +403,55 @@ async fn a_process_given_fewer_replica_acks_waits_for_what_the_others_rely_on() 
     .await
 }
 
+#[tokio::test]
+async fn a_write_held_by_a_paused_server_is_unavailable_and_never_applied_later() {
+    // A paused server (CLIENT PAUSE, a stopped process, a stalled network)
+    // runs the commands it holds once it resumes. Before, a write its
+    // caller had answered `unavailable` for then applied: a lock acquired
+    // by a token nobody had, an entry a caller believed refused. The
+    // script now refuses to run past the caller's deadline on Redis's clock.
+    bounded(async {
+        let server = RedisServer::spawn().expect("these tests start their own redis-server");
+        let config = RedisConfig {
+            response_timeout: Duration::from_millis(1_000),
+            ..redis_config(&server.url(), 64, None)
+        };
+        let backend = RedisBackend::connect(config).await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        // A lock's partition (kept as one string) and a tenant's (a hash and
+        // a feed): one script each.
+        for partition in ["~lock:1:late:x", "tenant"] {
+            backend
+                .put(partition, "first", b"v", Some(60_000), &Condition::Always)
+                .await
+                .unwrap();
+            send(&mut admin, &["CLIENT", "PAUSE", "3000", "WRITE"]).await;
+            let held = backend
+                .put(partition, "late", b"v", Some(60_000), &Condition::Absent)
+                .await;
+            assert!(
+                matches!(held, Err(StoreError::Unavailable(_))),
+                "a write held past the response timeout: {held:?}"
+            );
+            // On the same connection, behind the held write: once this read
+            // is answered, the held write has run, or been refused.
+            let seen = loop {
+                match backend.get(partition, "late").await {
+                    Ok(read) => break read.entry,
+                    Err(StoreError::Unavailable(_)) => {}
+                    Err(other) => panic!("{other:?}"),
+                }
+            };
+            assert_eq!(
+                seen, None,
+                "{partition}: a write answered unavailable applied once the server resumed"
+            );
+        }
+    })
+    .await
+}
+
 /// Send `command` (its name, then its arguments) on `admin`; it must succeed.
 async fn send(admin: &mut redis::aio::MultiplexedConnection, command: &[&str]) {
     let _: () = redis::cmd(command[0])
