@@ -10,7 +10,9 @@
 --         fixed window, 3 GCRA; mode 1 consume, 2 peek, 3 reset, 4 charge
 --         (consume, counting what does not fit too), 5 refund (give back
 --         `cost` units counted at store time `at`); clock -1 for
---         Redis's TIME, else a test clock's now. One packed argument, because
+--         Redis's TIME, -d (d > 1) for Redis's TIME and a deadline d past
+--         which the call changes nothing and answers the error LATE (as in
+--         unwatched.lua), else a test clock's now. One packed argument, because
 --         each argument costs Redis a string and a slot in ARGV, and a number
 --         in text a strtod besides, more than the rest of its reading.
 -- Reply: {allowed 0/1, remaining, reset-in-ms, retry-after-ms, now}
@@ -19,8 +21,12 @@ local SLIDING_WINDOW, FIXED_WINDOW, GCRA = 1, 2, 3
 local CONSUME, PEEK, RESET, CHARGE, REFUND = 1, 2, 3, 4, 5
 local algorithm, mode, now, l, w, n, at = struct.unpack('<BBddddd', ARGV[1])
 if now < 0 then
+  local deadline = -now
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if deadline > 1 and now > deadline then
+    return redis.error_reply('LATE the call ran past its deadline; nothing was applied')
+  end
 end
 
 -- Exact integer division and ceiling division for non-negative integers.

@@ -411,10 +411,7 @@ impl RedisBackend {
     /// `unwatched.lua` for a partition kept as one string ([`one_string`]),
     /// with every input packed in one argument; `redis.lua` otherwise.
     fn script(&self, partition: &str, op: Op, inputs: &Inputs) -> Cmd {
-        let clock = match &self.config.test_clock {
-            Some(clock) => ScriptClock::Test(clock.now_ms()),
-            None => ScriptClock::Redis,
-        };
+        let clock = self.script_clock(partition, None);
         self.script_on(partition, op, inputs, clock)
     }
 
@@ -428,14 +425,24 @@ impl RedisBackend {
         inputs: &Inputs,
         gives_up: std::time::Instant,
     ) -> Cmd {
-        let clock = match &self.config.test_clock {
-            Some(clock) => ScriptClock::Test(clock.now_ms()),
-            None => self
-                .server_clock
-                .deadline_ms(self.clock_slot(partition), gives_up)
-                .map_or(ScriptClock::Redis, ScriptClock::RedisBefore),
-        };
+        let clock = self.script_clock(partition, Some(gives_up));
         self.script_on(partition, op, inputs, clock)
+    }
+
+    /// The clock a script call on `partition` is decided on: the test
+    /// clock's, or Redis's with the deadline of a write whose caller
+    /// `gives_up` then, when a recent sample of the server's clock gives
+    /// one.
+    fn script_clock(&self, partition: &str, gives_up: Option<std::time::Instant>) -> ScriptClock {
+        if let Some(clock) = &self.config.test_clock {
+            return ScriptClock::Test(clock.now_ms());
+        }
+        gives_up
+            .and_then(|at| {
+                self.server_clock
+                    .deadline_ms(self.clock_slot(partition), at)
+            })
+            .map_or(ScriptClock::Redis, ScriptClock::RedisBefore)
     }
 
     fn script_on(&self, partition: &str, op: Op, inputs: &Inputs, clock: ScriptClock) -> Cmd {
@@ -684,6 +691,18 @@ enum ScriptClock {
     Test(u64),
 }
 
+impl ScriptClock {
+    /// As a packed script argument takes it: -1 for Redis's TIME, -d for
+    /// it with the deadline d, or the test clock's now.
+    fn packed(self) -> f64 {
+        match self {
+            ScriptClock::Redis => -1.0,
+            ScriptClock::RedisBefore(deadline) => -(deadline.max(2) as f64),
+            ScriptClock::Test(now) => now as f64,
+        }
+    }
+}
+
 /// The `EVALSHA` of script `sha` for `op` on `partition` with its `inputs`
 /// ([`RedisBackend::script`]), on `clock`.
 fn script_command(
@@ -698,15 +717,9 @@ fn script_command(
     cmd.arg(sha);
     if one_string(partition) {
         // One key; the script finds the stream and channel beside it.
-        // -1 asks for Redis's TIME, -d for it with the deadline d.
-        let clock = match clock {
-            ScriptClock::Redis => -1.0,
-            ScriptClock::RedisBefore(deadline) => -(deadline.max(2) as f64),
-            ScriptClock::Test(now) => now as f64,
-        };
         cmd.arg(1)
             .arg(partition_key(prefix, partition, "s"))
-            .arg(inputs.packed(op, clock));
+            .arg(inputs.packed(op, clock.packed()));
         return cmd;
     }
     let [e, x, f, w] = ["e", "x", "f", "w"].map(|part| partition_key(prefix, partition, part));

@@ -189,12 +189,12 @@ impl Backend for RedisBackend {
         key: &str,
         request: &MeterRequest,
     ) -> Result<MeterReply, StoreError> {
-        // -1 asks for Redis's TIME.
-        let clock = match &self.config.test_clock {
-            Some(clock) => clock.now_ms() as f64,
-            None => -1.0,
-        };
-        let packed = packed_meter(request, clock);
+        // A charge, refund or reset held by a paused server must not apply
+        // after this call answered `unavailable` (`deadline.rs`).
+        let writes = !matches!(request.mode, MeterMode::Peek);
+        let gives_up = std::time::Instant::now() + self.config.response_timeout;
+        let clock = self.script_clock(partition, writes.then_some(gives_up));
+        let packed = packed_meter(request, clock.packed());
         let _turn = self.turn().await;
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(&self.meter_sha)
@@ -207,12 +207,16 @@ impl Backend for RedisBackend {
                 self.run_write(&cmd, &[METER_SCRIPT]).await?
             }
         };
-        match reply {
-            Value::BulkString(packed) => meter_reply(&packed),
-            other => Err(malformed(&format!(
-                "expected a packed meter reply, got {other:?}"
-            ))),
-        }
+        let reply = match reply {
+            Value::BulkString(packed) => meter_reply(&packed)?,
+            other => {
+                return Err(malformed(&format!(
+                    "expected a packed meter reply, got {other:?}"
+                )));
+            }
+        };
+        self.heard_clock(partition, reply.now);
+        Ok(reply)
     }
 
     async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {

@@ -8,7 +8,9 @@ use super::{acquire, held, private_server};
 use crate::common::stall_proxy::StallProxy;
 use crate::common::{RedisServer, bounded, no_wait, redis_config};
 use coord_host::Runtime;
-use coord_host::backend::{Backend, Condition, StoreError};
+use coord_host::backend::{
+    Backend, Condition, MeterAlgorithm, MeterMode, MeterRequest, StoreError,
+};
 use coord_host::lock::*;
 use coord_redis::{RedisBackend, RedisConfig};
 
@@ -448,6 +450,41 @@ async fn a_write_held_by_a_paused_server_is_unavailable_and_never_applied_later(
                 "{partition}: a write answered unavailable applied once the server resumed"
             );
         }
+        // A rate limit's count (its own script) likewise.
+        let request = |mode| MeterRequest {
+            algorithm: MeterAlgorithm::FixedWindow,
+            limit: 10,
+            window_ms: 3_600_000,
+            cost: 1,
+            mode,
+        };
+        let counted = backend
+            .meter("limits", "k", &request(MeterMode::Consume))
+            .await;
+        assert_eq!(counted.unwrap().remaining, 9);
+        send(&mut admin, &["CLIENT", "PAUSE", "3000", "WRITE"]).await;
+        let held = backend
+            .meter("limits", "k", &request(MeterMode::Consume))
+            .await;
+        assert!(
+            matches!(held, Err(StoreError::Unavailable(_))),
+            "a count held past the response timeout: {held:?}"
+        );
+        // A peek, on the same connection behind the held count.
+        let remaining = loop {
+            match backend
+                .meter("limits", "k", &request(MeterMode::Peek))
+                .await
+            {
+                Ok(reply) => break reply.remaining,
+                Err(StoreError::Unavailable(_)) => {}
+                Err(other) => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            remaining, 9,
+            "a count answered unavailable was counted later"
+        );
     })
     .await
 }
