@@ -70,15 +70,19 @@ const OP_CODES = { get: 1, put: 2, touch: 3, delete: 4, list: 5, check: 6, arm: 
  * (`store` for redis.lua, `unwatched` for unwatched.lua) and the arguments
  * after its SHA. `inputs`: `key` (list's prefix), `value`, `ttlMs` (bigint;
  * undefined: never expires), `condition` ({tag, val} as jco gives it),
- * `after` and `max` (changes).
+ * `after` and `max` (changes), `deadlineMs` (a number: the time on Redis's
+ * clock past which the script changes nothing and answers LATE; undefined:
+ * none).
  */
 export function scriptCall(prefix, partition, op, inputs = {}) {
   if (oneString(partition)) {
     // One key and one packed argument; the script finds the stream and channel beside it.
     return { script: 'unwatched', args: ['1', key(prefix, partition, 's'), packInputs(op, inputs)] };
   }
-  const args = ['3', key(prefix, partition, 'e'), key(prefix, partition, 'x'), key(prefix, partition, 'f'), op, '', key(prefix, partition, 'w')];
-  // '' above: the script reads Redis's TIME. Then only the arguments `op` reads.
+  // '' for Redis's TIME, '-<deadline>' for it with a deadline.
+  const clock = inputs.deadlineMs === undefined ? '' : `-${inputs.deadlineMs}`;
+  const args = ['3', key(prefix, partition, 'e'), key(prefix, partition, 'x'), key(prefix, partition, 'f'), op, clock, key(prefix, partition, 'w')];
+  // Then only the arguments `op` reads.
   const { key: k = '', value, ttlMs, condition } = inputs;
   switch (op) {
     case 'get': case 'list': case 'delete': args.push(k); break;
@@ -118,8 +122,9 @@ const CONDITION_CODES = { always: 1, absent: 2, revision: 3, 'revision-and-value
 // unwatched.lua's one argument: struct.pack('<BBddd', op, condition, clock,
 // number, guard revision), then the key, the value and the guard value,
 // each after its length as '<I4'. Numbers travel as doubles (codec.rs,
-// Inputs::packed): -1 as the clock asks for Redis's TIME.
-function packInputs(op, { key: k = '', value, ttlMs, condition, after }) {
+// Inputs::packed): -1 as the clock asks for Redis's TIME, -d for it with
+// the deadline d.
+function packInputs(op, { key: k = '', value, ttlMs, condition, after, deadlineMs }) {
   const code = OP_CODES[op];
   if (code === undefined) throw invalid(`op: ${op} is not kept for an unwatched partition`);
   const number = op === 'arm' ? Number(after) : ttlMs === undefined ? -1 : Number(checkTtl(ttlMs));
@@ -139,7 +144,7 @@ function packInputs(op, { key: k = '', value, ttlMs, condition, after }) {
   out[0] = code;
   out[1] = conditionCode;
   let at = 2;
-  for (const n of [-1, number, guard]) at = out.writeDoubleLE(n, at);
+  for (const n of [packedClock(deadlineMs), number, guard]) at = out.writeDoubleLE(n, at);
   for (const bytes of [keyBytes, valueBytes, guardValue]) {
     at = out.writeUInt32LE(bytes.length, at);
     out.set(bytes, at);
@@ -152,12 +157,18 @@ function packInputs(op, { key: k = '', value, ttlMs, condition, after }) {
 const ALGORITHM_CODES = { 'sliding-window': 1, 'fixed-window': 2, gcra: 3 };
 const MODE_CODES = { consume: 1, peek: 2, reset: 3, charge: 4, refund: 5 };
 
+// A packed clock: -1 for Redis's TIME, -d for it with the deadline d.
+function packedClock(deadlineMs) {
+  return deadlineMs === undefined ? -1 : -Math.max(deadlineMs, 2);
+}
+
 /**
  * The EVALSHA arguments (after the SHA) of `meter` on `partition`'s `meterKey`:
  * one key, `<key(partition, 'r:')><meterKey>`, and one packed argument,
- * struct.pack('<BBdddd', algorithm, mode, clock -1, limit, window-ms, cost).
+ * struct.pack('<BBddddd', algorithm, mode, clock, limit, window-ms, cost, at),
+ * the clock -1, or -d with a deadline `deadlineMs` (see `scriptCall`).
  */
-export function meterCall(prefix, partition, meterKey, request) {
+export function meterCall(prefix, partition, meterKey, request, deadlineMs) {
   const algorithm = ALGORITHM_CODES[request.algorithm];
   // meter-mode is a variant: {tag}, and {tag: 'refund', val: at}.
   const mode = MODE_CODES[request.mode?.tag];
@@ -168,7 +179,7 @@ export function meterCall(prefix, partition, meterKey, request) {
   packed[0] = algorithm;
   packed[1] = mode;
   let at = 2;
-  for (const n of [-1, request.limit, Number(request.windowMs), request.cost, refundAt]) at = packed.writeDoubleLE(Number(n), at);
+  for (const n of [packedClock(deadlineMs), request.limit, Number(request.windowMs), request.cost, refundAt]) at = packed.writeDoubleLE(Number(n), at);
   return ['1', `${key(prefix, partition, 'r:')}${meterKey}`, packed];
 }
 

@@ -5,7 +5,10 @@
 // loads them (redis-codec.js), so both share one Redis.
 //
 // Every failure to reach Redis, and every request that takes longer than
-// the response timeout, is the store's `unavailable`: never a hang.
+// the response timeout, is the store's `unavailable`: never a hang. A write
+// carries its deadline on Redis's own clock (the Rust backend's
+// deadline.rs): held by a paused server and run after its call answered
+// `unavailable`, it changes nothing.
 
 import { existsSync, readFileSync } from 'node:fs';
 import { workerData } from 'node:worker_threads';
@@ -144,9 +147,32 @@ function storeScript(partition, op, inputs) {
   return evalsha(call.script, call.args, ['store', 'unwatched']);
 }
 
+// Redis's clock as last heard: [its time in ms, performance.now() then].
+let heard;
+
+function heardClock(serverMs) {
+  heard = [Number(serverMs), performance.now()];
+}
+
+// The latest time on Redis's clock at which a write sent now may still
+// apply: the last sample moved on to the moment its call gives up (the
+// serve loop starts the response timeout's timer after this runs), less a
+// millisecond per second of the sample's age; undefined without a sample
+// younger than a minute.
+function deadlineMs() {
+  if (heard === undefined) return undefined;
+  const [serverMs, at] = heard;
+  const now = performance.now();
+  const ageMs = now - at;
+  if (ageMs > 60_000) return undefined;
+  return Math.floor(serverMs + (now + config.responseTimeoutMs - at) - (Math.floor(ageMs / 1000) + 1));
+}
+
 async function write(partition, op, inputs) {
-  const reply = await storeScript(partition, op, inputs);
-  return codec.readWrite(reply, inputs.key, codec.sentValue(inputs.value, inputs.condition));
+  const reply = await storeScript(partition, op, { ...inputs, deadlineMs: deadlineMs() });
+  const written = codec.readWrite(reply, inputs.key, codec.sentValue(inputs.value, inputs.condition));
+  heardClock(written.now);
+  return written;
 }
 
 // The store's clock: `[now, revision, next expiry]` of a partition after
@@ -238,10 +264,14 @@ async function wait(partition, after, timeoutMs) {
 const OPERATIONS = {
   async now() {
     const [seconds, micros] = await send(['TIME']);
-    return BigInt(seconds.toString()) * 1000n + BigInt(micros.toString()) / 1000n;
+    const now = BigInt(seconds.toString()) * 1000n + BigInt(micros.toString()) / 1000n;
+    heardClock(now);
+    return now;
   },
   async get(partition, key) {
-    return codec.readGet(await storeScript(partition, 'get', { key }));
+    const read = codec.readGet(await storeScript(partition, 'get', { key }));
+    heardClock(read.now);
+    return read;
   },
   async list(partition, prefix) {
     return codec.readList(await storeScript(partition, 'list', { key: prefix }));
@@ -256,8 +286,12 @@ const OPERATIONS = {
     return codec.readChanges(await storeScript(partition, 'changes', { after, max }));
   },
   async meter(partition, key, request) {
-    const args = codec.meterCall(config.prefix, partition, key, request);
-    return codec.readMeter(await evalsha('meter', args, ['meter']));
+    // A peek changes nothing, so it goes without a deadline.
+    const deadline = request.mode?.tag === 'peek' ? undefined : deadlineMs();
+    const args = codec.meterCall(config.prefix, partition, key, request, deadline);
+    const metered = codec.readMeter(await evalsha('meter', args, ['meter']));
+    heardClock(metered.now);
+    return metered;
   },
   wait,
   // A put after the wait, whichever way it ended; a timeout of 0 is no wait.

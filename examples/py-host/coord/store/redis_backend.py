@@ -16,6 +16,12 @@ again. ``wait`` subscribes to the partition's channel and re-checks at
 least every ``recheck_ms``; ``wait-then-put`` is a ``wait``, then a ``put``
 (the Rust host's blocking ``XREAD`` is an optimisation not copied here).
 
+A write carries its deadline on Redis's own clock (the Rust backend's
+``deadline.rs``): a write held by a paused server, run after its call
+raised ``unavailable``, changes nothing. The deadline is the last reply's
+time moved on to the moment the call gives up, less a millisecond per second
+of the sample's age, so never later than that moment on Redis's clock.
+
 Every connection error, timeout, server error or malformed reply raises
 :class:`~coord.store.types.StoreUnavailable`; the linker returns it to the
 component as ``unavailable``.
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
@@ -120,6 +127,8 @@ class RedisStore:
         self.meter_sha = sha1_hex(self.meter_script)
         # No command is re-sent by the client: a write that timed out may have
         # been applied, and sending it again could apply it twice.
+        # Redis's clock as last heard: (its time in ms, time.monotonic() then).
+        self._heard: Optional[Tuple[int, float]] = None
         self.client = redis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 0), health_check_interval=10)
@@ -157,25 +166,54 @@ class RedisStore:
                 raise StoreUnavailable(f"redis: {type(e).__name__}: {e}") from None
         raise AssertionError("unreachable")
 
+    def _heard_clock(self, server_ms: int) -> None:
+        """A reply read just now said Redis's clock read ``server_ms``."""
+        self._heard = (server_ms, time.monotonic())
+
+    def _deadline_ms(self) -> Optional[int]:
+        """The latest time on Redis's clock at which a write sent now may still
+        apply (its call gives up a socket timeout from now); ``None`` without a
+        sample younger than a minute."""
+        heard = self._heard
+        if heard is None:
+            return None
+        server_ms, at = heard
+        now = time.monotonic()
+        age = now - at
+        if age > 60.0:
+            return None
+        ahead_ms = int((now + self.timeout_s - at) * 1000)
+        # A millisecond per second of age: clocks drifting apart by up to
+        # 1 000 ppm still never let a late write through.
+        return max(server_ms + ahead_ms - (int(age) + 1), 2)
+
     def _store_scripts(self) -> Tuple[str, str]:
         return (self.script, self.unwatched_script)
 
-    def _run(self, partition: str, op: str, **inputs: Any) -> Any:
+    def _run(self, partition: str, op: str, deadline: Optional[int] = None,
+             **inputs: Any) -> Any:
         """``op`` on ``partition``: unwatched.lua with one packed argument for a
-        partition kept as one string, redis.lua with text arguments otherwise."""
+        partition kept as one string, redis.lua with text arguments otherwise;
+        with a ``deadline`` on Redis's clock past which it changes nothing."""
         if codec.one_string(partition):
-            packed = codec.packed_unwatched(op, **inputs)
+            clock = -1.0 if deadline is None else -float(deadline)
+            packed = codec.packed_unwatched(op, clock=clock, **inputs)
             return self._eval(self.unwatched_sha, [self.key(partition, "s")], [packed],
                               self._store_scripts())
         keys = [self.key(partition, part) for part in ("e", "x", "f")]
-        # ARGV: the operation, '' (Redis's TIME), the channel, then the op's own.
-        args = [op, "", self.key(partition, "w"), *codec.script_args(op, **inputs)]
+        # ARGV: the operation, '' (Redis's TIME) or '-<deadline>', the
+        # channel, then the op's own.
+        clock_arg = "" if deadline is None else f"-{deadline}"
+        args = [op, clock_arg, self.key(partition, "w"), *codec.script_args(op, **inputs)]
         return self._eval(self.sha, keys, args, self._store_scripts())
 
     def _write(self, partition: str, op: str, key: str, value: Optional[bytes] = None,
                ttl_ms: Optional[int] = None, condition: Optional[Condition] = None) -> WriteReply:
-        reply = self._run(partition, op, key=key, value=value, ttl_ms=ttl_ms, condition=condition)
-        return codec.write_reply(reply, key, codec.sent_value(value, condition))
+        reply = self._run(partition, op, deadline=self._deadline_ms(), key=key, value=value,
+                          ttl_ms=ttl_ms, condition=condition)
+        written = codec.write_reply(reply, key, codec.sent_value(value, condition))
+        self._heard_clock(written.now)
+        return written
 
     def check(self, partition: str) -> Tuple[int, int, Optional[int]]:
         """``(now, revision, next expiry)`` after sweeping the partition; on an
@@ -193,13 +231,17 @@ class RedisStore:
             seconds, micros = int(reply[0]), int(reply[1])
         except (TypeError, ValueError, IndexError):
             raise codec.malformed(f"TIME answered {reply!r}") from None
-        return seconds * 1000 + micros // 1000
+        now = seconds * 1000 + micros // 1000
+        self._heard_clock(now)
+        return now
 
     def get(self, partition: str, key: str) -> ReadReply:
         """Read one key."""
         self.stats.count("get")
         r = codec.Reader(self._run(partition, "get", key=key))
-        return ReadReply(now=r.u64(), entry=r.maybe_entry())
+        read = ReadReply(now=r.u64(), entry=r.maybe_entry())
+        self._heard_clock(read.now)
+        return read
 
     def list(self, partition: str, prefix: str) -> ListReply:
         """The live entries whose keys start with ``prefix``, in key order."""
@@ -244,11 +286,16 @@ class RedisStore:
     def meter(self, partition: str, key: str, request: MeterRequest) -> MeterReply:
         """Run meter.lua on ``key``'s state: one packed argument, one packed reply."""
         self.stats.count("meter")
+        # A peek changes nothing, so it goes without a deadline.
+        deadline = None if request.mode == "peek" else self._deadline_ms()
+        clock = -1.0 if deadline is None else -float(deadline)
         reply = self._eval(self.meter_sha, [self.key(partition, "r:") + key],
-                           [codec.packed_meter(request)], [self.meter_script])
+                           [codec.packed_meter(request, clock)], [self.meter_script])
         if not isinstance(reply, bytes):
             raise codec.malformed(f"expected a packed meter reply, got {reply!r}")
-        return codec.meter_reply(reply)
+        metered = codec.meter_reply(reply)
+        self._heard_clock(metered.now)
+        return metered
 
     def wait(self, partition: str, after: int, timeout_ms: int) -> int:
         """Block until the partition's revision passes ``after`` or ``timeout_ms``
