@@ -12,29 +12,43 @@ use hyper::server::conn::http1;
 use tokio::net::TcpListener;
 use wasmtime_wasi_http::io::TokioIo;
 
+use super::READ_BUFFER_BYTES;
+use super::limits::{Allowance, Taken};
 use super::metrics::{Format, ServeMetrics};
 use coord_host::backend::Backend;
 
 /// How long `/readyz` waits for the store's clock before answering 503.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Connections the admin listener keeps open at once (a scraper and a
+/// probe or two need a handful); one more is closed as soon as accepted.
+pub const ADMIN_CONNECTIONS: usize = 64;
+
 /// Serve the admin routes on `listener` until the task is dropped. A
 /// client that takes longer than `read_timeout` to send a request's
-/// headers is disconnected, as on the functions' listener: slow clients
-/// cannot pile up connections here either.
+/// headers is disconnected, as on the functions' listener, and at most
+/// [`ADMIN_CONNECTIONS`] are open at once, with headers of 64 KiB at most:
+/// slow clients cannot pile up connections here either.
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<ServeMetrics>,
     store: Arc<dyn Backend>,
     read_timeout: Duration,
 ) -> std::io::Result<()> {
+    let open = Allowance::new(ADMIN_CONNECTIONS);
     loop {
         let Ok((client, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
+        let mut slot = Taken::none(&open);
+        if !slot.more(1) {
+            metrics.connections_refused.inc();
+            continue;
+        }
         let (metrics, store) = (metrics.clone(), store.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             let service = hyper::service::service_fn(move |request| {
                 let (metrics, store) = (metrics.clone(), store.clone());
                 async move { Ok::<_, std::convert::Infallible>(route(request, &metrics, &store).await) }
@@ -42,6 +56,8 @@ pub async fn serve(
             let _ = http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(read_timeout)
+                .max_buf_size(READ_BUFFER_BYTES)
+                .max_header_size(READ_BUFFER_BYTES)
                 .serve_connection(TokioIo::new(client), service)
                 .await;
         });

@@ -66,7 +66,7 @@ pub const MAX_BODY_BYTES: usize = 2 << 20;
 /// The most a connection's read buffer holds (hyper's default is about
 /// 400 KiB): request headers larger than this are refused with 431, and a
 /// client sending its headers slowly holds no more than this meanwhile.
-const READ_BUFFER_BYTES: usize = 64 << 10;
+pub(crate) const READ_BUFFER_BYTES: usize = 64 << 10;
 
 /// How often the engine's epoch advances; the deadline's resolution.
 const EPOCH_TICK: Duration = Duration::from_millis(10);

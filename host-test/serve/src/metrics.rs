@@ -172,7 +172,7 @@ pub struct ServeMetrics {
     /// Requests refused because every instance was in use.
     pub pool_rejections: Counter<u64, AtomicU64>,
     /// Connections closed as soon as accepted, because the most allowed
-    /// (`--max-connections`) were open.
+    /// (`--max-connections`, or 64 on the `--admin` listener) were open.
     pub connections_refused: Counter<u64, AtomicU64>,
     /// Configuration warnings the store reports (listed by `/readyz`), as
     /// of the last scrape.
@@ -243,7 +243,7 @@ impl Default for ServeMetrics {
         );
         registry.register(
             "connections_refused",
-            "Connections closed as soon as accepted, with the most allowed (--max-connections) open",
+            "Connections closed as soon as accepted, with the most allowed open (--max-connections; 64 on the --admin listener)",
             connections_refused.clone(),
         );
         registry.register(

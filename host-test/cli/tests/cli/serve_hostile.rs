@@ -383,3 +383,40 @@ async fn headers_past_64_kib_are_refused_not_buffered() {
     let fine = serve.call("GET", "/items/big", None, "").await;
     assert_eq!(fine.status, 200, "{}", fine.json);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_keeps_64_connections_at_most() {
+    let port = crate::serve_admin::free_port();
+    let admin = format!("127.0.0.1:{port}");
+    let _serve = Serve::start(&["--admin", &admin, "--read-timeout-ms", "60000"]);
+    const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    // Each connection served once and kept open (a refused one is closed
+    // unanswered: tried again, as the server may still count one just
+    // closed).
+    let mut held = common::bounded(async {
+        let mut held = Vec::new();
+        while held.len() < 64 {
+            let mut stream = tokio::net::TcpStream::connect(&admin).await.unwrap();
+            if let Some(status) = status_of(&mut stream, HEALTHZ).await {
+                assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+                held.push(stream);
+            }
+        }
+        held
+    })
+    .await;
+    let mut past = tokio::net::TcpStream::connect(&admin).await.unwrap();
+    let status = common::bounded(status_of(&mut past, HEALTHZ)).await;
+    assert_eq!(status, None, "a 65th connection is closed unanswered");
+    drop(held.pop());
+    common::bounded(async {
+        loop {
+            let mut stream = tokio::net::TcpStream::connect(&admin).await.unwrap();
+            if status_of(&mut stream, HEALTHZ).await.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
