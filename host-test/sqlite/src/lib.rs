@@ -207,7 +207,20 @@ impl SqliteBackend {
         &self,
         work: impl FnOnce(&Shared, &mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        run(&self.calls, &self.shared, work).await
+        self.with_connection_within(self.shared.config.busy_timeout, work)
+            .await
+    }
+
+    /// [`SqliteBackend::with_connection`] within `bound` (at most the busy
+    /// timeout) rather than the whole busy timeout: a `wait`'s checks keep
+    /// to what is left of the wait.
+    async fn with_connection_within<T: Send + 'static>(
+        &self,
+        bound: Duration,
+        work: impl FnOnce(&Shared, &mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let bound = bound.min(self.shared.config.busy_timeout);
+        run(&self.calls, &self.shared, bound, work).await
     }
 
     /// Whether the file takes a write now: the probe row rewritten and
@@ -301,14 +314,15 @@ impl Calls {
     }
 }
 
-/// Run `work` on the connection as [`SqliteBackend::with_connection`] does.
+/// Run `work` on the connection as [`SqliteBackend::with_connection`] does,
+/// within `bound` (the busy timeout, or less).
 async fn run<T: Send + 'static>(
     calls: &Calls,
     shared: &Arc<Shared>,
+    bound: Duration,
     work: impl FnOnce(&Shared, &mut Connection) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
     let started = Instant::now();
-    let bound = shared.config.busy_timeout;
     shared.still_the_file()?;
     let (answer, answered) = tokio::sync::oneshot::channel();
     // Once started, the work runs to its end even if the caller has given
@@ -344,7 +358,8 @@ async fn run<T: Send + 'static>(
             answer.unwrap_or_else(|_| Err(unavailable("the connection's thread has ended")))
         }
         Err(_) => Err(unavailable(format!(
-            "no answer within the {} ms busy timeout and {} ms more: the database file's \
+            "no answer within its {} ms bound (the busy timeout, or what was left of a wait) \
+             and {} ms more: the database file's \
              disk is stalled (the call may still apply)",
             bound.as_millis(),
             STALLED_AFTER.as_millis()
@@ -371,7 +386,8 @@ fn run_now<T>(
     let left = bound.saturating_sub(started.elapsed());
     if left.is_zero() {
         return Err(unavailable(format!(
-            "the {} ms busy timeout passed before the call could start",
+            "its {} ms bound (the busy timeout, or what was left of a wait) passed before \
+             the call could start",
             bound.as_millis()
         )));
     }
@@ -471,22 +487,27 @@ impl Shared {
 async fn collect(calls: Calls, shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(shared.config.collect_every).await;
-        let deleted = run(&calls, &shared, |shared, connection| {
-            let now = i64::try_from(shared.now_us() / 1000).unwrap_or(i64::MAX);
-            // A partition's entry rows go with it, in one transaction.
-            let tx = connection.transaction().map_err(unavailable)?;
-            tx.execute(
-                "DELETE FROM coord_entries WHERE partition IN \
+        let deleted = run(
+            &calls,
+            &shared,
+            shared.config.busy_timeout,
+            |shared, connection| {
+                let now = i64::try_from(shared.now_us() / 1000).unwrap_or(i64::MAX);
+                // A partition's entry rows go with it, in one transaction.
+                let tx = connection.transaction().map_err(unavailable)?;
+                tx.execute(
+                    "DELETE FROM coord_entries WHERE partition IN \
                  (SELECT name FROM coord_partitions WHERE collect_at < ?1)",
-                [now],
-            )
-            .map_err(unavailable)?;
-            let deleted = tx
-                .execute("DELETE FROM coord_partitions WHERE collect_at < ?1", [now])
+                    [now],
+                )
                 .map_err(unavailable)?;
-            tx.commit().map_err(unavailable)?;
-            Ok(deleted)
-        })
+                let deleted = tx
+                    .execute("DELETE FROM coord_partitions WHERE collect_at < ?1", [now])
+                    .map_err(unavailable)?;
+                tx.commit().map_err(unavailable)?;
+                Ok(deleted)
+            },
+        )
         .await;
         if let Err(e) = deleted {
             tracing::warn!("collecting expired partitions failed: {e}");

@@ -52,10 +52,16 @@ impl PartitionStore for SqliteBackend {
         // after 1 ms, then twice as long each time, up to the recheck.
         let recheck_ms = u64::try_from(self.shared.config.recheck.as_millis()).unwrap_or(u64::MAX);
         let mut pause_ms = 1u64;
+        // Each check waits for another process's write lock no longer than
+        // what is left of the wait (and at least `CHECK_AT_LEAST`): with
+        // the lock held, a 1 s wait answered after the 5 s busy timeout.
+        let started = std::time::Instant::now();
+        let waits = Duration::from_millis(timeout_ms);
         loop {
+            let bound = waits.saturating_sub(started.elapsed()).max(CHECK_AT_LEAST);
             // A check records due expiries, so an expiry is a new revision.
             let ((revision, next_expiry), now) = self
-                .transact(partition, Touches::Nothing, |p, _| {
+                .transact_within(partition, Touches::Nothing, bound, |p, _| {
                     (p.revision(), p.next_expiry())
                 })
                 .await?;
@@ -100,3 +106,8 @@ impl PartitionStore for SqliteBackend {
         }
     }
 }
+
+/// The least time a `wait`'s check may wait for another process's write
+/// lock, however little of the wait is left: a check made at a wait's end
+/// still gets a lock a writer holds for a moment.
+const CHECK_AT_LEAST: Duration = Duration::from_millis(100);

@@ -36,9 +36,22 @@ impl SqliteBackend {
         touches: Touches,
         decide: impl FnOnce(&mut Partition, u64) -> T + Send + 'static,
     ) -> Result<(T, u64), StoreError> {
+        let bound = self.shared.config.busy_timeout;
+        self.transact_within(name, touches, bound, decide).await
+    }
+
+    /// [`SqliteBackend::transact`] within `bound` (at most the busy
+    /// timeout).
+    pub(super) async fn transact_within<T: Send + 'static>(
+        &self,
+        name: &str,
+        touches: Touches,
+        bound: std::time::Duration,
+        decide: impl FnOnce(&mut Partition, u64) -> T + Send + 'static,
+    ) -> Result<(T, u64), StoreError> {
         let owned = name.to_string();
         let (answer, now, announce) = self
-            .with_connection(move |shared, connection| {
+            .with_connection_within(bound, move |shared, connection| {
                 shared.in_transaction(connection, &owned, &touches, decide)
             })
             .await?;

@@ -318,3 +318,39 @@ async fn a_database_file_deleted_or_replaced_under_a_process_is_refused_for_good
         assert!(backend.ready().await.is_err());
     }
 }
+
+/// A wait checks the partition, and each check may wait for another
+/// process's write lock: before, for the whole busy timeout, so a 1 s wait
+/// behind a held lock answered after the 5 s timeout. A check now waits no
+/// longer than what is left of the wait. The bound asserted is 3 s, 2 s
+/// either side of the old answer and the new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_behind_another_processs_write_lock_answers_at_its_own_timeout() {
+    let file = File(sqlite_path());
+    let backend = open(&file.0, Duration::from_secs(5)).await;
+    let written = applied(
+        backend
+            .put(
+                "~lock:1:w:w",
+                "holder",
+                b"a",
+                Some(60_000),
+                &Condition::Absent,
+            )
+            .await
+            .unwrap(),
+    );
+    let lock = WriteLock::take(&file.0);
+    let started = Instant::now();
+    let waited = bounded(backend.wait("~lock:1:w:w", written.revision, 1_000)).await;
+    let took = started.elapsed();
+    drop(lock);
+    assert!(
+        matches!(waited, Err(StoreError::Unavailable(_))),
+        "a wait that could not look at the store: {waited:?}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "a 1 s wait answered after {took:?}, its check held for the 5 s busy timeout"
+    );
+}
