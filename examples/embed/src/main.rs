@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use coord_host::HostState;
 use coord_host::backend::memory::MemoryBackend;
+use coord_host::backend::turns::Turns;
 use coord_host::bindings::Coordinator;
 use coord_host::lock::{AcquireOptions, AcquireOutcome};
 use wasmtime::component::{Component, Linker};
@@ -37,7 +38,8 @@ async fn contend() -> wasmtime::Result<()> {
     let mut linker = Linker::<AppState>::new(&engine);
     coord_host::add_to_linker(&mut linker, |state| &mut state.coord)?;
     let component = Component::new(&engine, coord_host::COMPONENT)?;
-    let store_backend = Arc::new(MemoryBackend::default());
+    // One store for every instance, its lock waiters taking turns.
+    let store_backend = Arc::new(Turns::new(Arc::new(MemoryBackend::default())));
 
     let mut stores = Vec::new();
     for name in ["first", "second"] {

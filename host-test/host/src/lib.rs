@@ -54,6 +54,7 @@ use wasmtime::error::Context as _;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 
 use backend::Backend;
+use backend::turns::Turns;
 pub use host::HostState;
 pub use instance::{
     EphemeralCalls, EphemeralResult, Instance, LeaseCalls, LeaseResult, LockCalls, LockResult,
@@ -184,6 +185,7 @@ pub struct Runtime {
     engine: Engine,
     pre: bindings::CoordinatorPre<HostState>,
     backend: Arc<dyn Backend>,
+    turns: Arc<Turns>,
 }
 
 impl Runtime {
@@ -211,10 +213,13 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         add_to_linker(&mut linker, |state| state)?;
         let pre = bindings::CoordinatorPre::new(linker.instantiate_pre(&component)?)?;
+        // The instances' lock waiters take turns: a release wakes one.
+        let turns = Arc::new(Turns::new(backend));
         Ok(Runtime {
             engine,
             pre,
-            backend,
+            backend: turns.clone(),
+            turns,
         })
     }
 
@@ -223,9 +228,15 @@ impl Runtime {
         &self.engine
     }
 
-    /// The backend every instance of this runtime shares.
+    /// The backend every instance of this runtime shares: the one it was
+    /// given, inside a [`Turns`] (its lock waiters take turns).
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// The lines in which this runtime's lock waiters take turns.
+    pub fn turns(&self) -> &Turns {
+        &self.turns
     }
 
     /// A fresh component instance in a wasmtime `Store` of its own.
@@ -241,6 +252,9 @@ impl Runtime {
 /// wasmtime `Store` by the [`HostState`] that `get` finds in the embedder's
 /// state. Instantiate the component with [`bindings::Coordinator`] and call
 /// its exports (`coordinator.coord_sync_lock().call_acquire(&mut store, …)`).
+/// Give every `HostState` the same backend, inside one
+/// [`backend::turns::Turns`], so that a release wakes one of the
+/// instances' lock waiters instead of all of them.
 pub fn add_to_linker<T: Send + 'static>(
     linker: &mut Linker<T>,
     get: fn(&mut T) -> &mut HostState,

@@ -28,6 +28,7 @@ use wasmtime_wasi_http::{Error as HttpError, WasiHttpCtx, WasiHttpView};
 
 use coord_host::HostState;
 use coord_host::backend::Backend;
+use coord_host::backend::turns::Turns;
 
 pub mod admin;
 pub mod compose;
@@ -194,8 +195,9 @@ impl Server {
         }
         start_epoch_ticker(&engine);
         let metrics = Arc::new(ServeMetrics::default());
+        // The requests' lock waiters take turns: a release wakes one.
         let metered = Arc::new(MeteredBackend::new(
-            backend.clone(),
+            Arc::new(Turns::new(backend.clone())),
             metrics.clone(),
             backend.kind(),
         ));

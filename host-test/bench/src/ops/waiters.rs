@@ -1,4 +1,4 @@
-//! Lock handoff beside the number of waiters (issue 52's baseline): what a
+//! Lock handoff beside the number of waiters (issue 52): what a
 //! release costs when 1, 8 or 64 instances wait for the lock.
 //!
 //! A round: a holder takes the lock, `n` instances (each its own, as edge

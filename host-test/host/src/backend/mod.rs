@@ -17,6 +17,7 @@
 pub mod memory;
 pub mod partitioned;
 pub mod rows;
+pub mod turns;
 
 use async_trait::async_trait;
 pub use coord_component::store::{

@@ -31,6 +31,7 @@ mod ratelimit;
 mod reservations;
 mod rwlock;
 mod semaphore;
+mod turns;
 mod with_lock;
 
 // The store contract, and what each backend must show beyond it.

@@ -1,0 +1,312 @@
+//! Waiters of one process take turns: of the calls in this process that
+//! wait for the same key to become absent, only the first one waits on the
+//! store, and the others follow it in the order they came.
+//!
+//! Without it, every waiter of a lock waits on the store, and a release
+//! wakes them all: one of them takes the lock and every other makes a call
+//! that fails (a thundering herd, issue 52). Turns keeps one line per
+//! partition and key for the `wait-then-put`s whose condition is `absent`
+//! (a lock's acquire, a read-write lock's writer claim). Waking only the
+//! head loses no chance of a grant: all of them put under the same
+//! condition on the same key, so when the head's put fails every other's
+//! would have failed too, and when it applies the key is taken. So:
+//!
+//! - only the head's call goes to the store; a release wakes it alone, and
+//!   a handoff costs the release and the head's call, however many wait;
+//! - the head that leaves (granted, busy, failed, or its request cut)
+//!   hands its turn to the next, which first raises the revision it waits
+//!   after to the last one this line saw the key present at (the grant just
+//!   made), so it waits for that holder's release instead of trying at once
+//!   and failing;
+//! - a waiter whose own timeout passes before its turn makes its put then,
+//!   as `wait-then-put` promises, and returns its reply; if it calls again
+//!   it goes behind those waiting.
+//!
+//! It is a property of one process: waiters in different processes each
+//! have their own line, so a release wakes one waiter per process. Calls
+//! under other conditions (a semaphore's `absent-and-fewer-than`, which
+//! several can pass at once) go straight to the store.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use super::*;
+
+/// A backend whose `absent` waiters take turns (see the module's docs).
+/// [`crate::Runtime`] and `coord serve` put it around their backend; an
+/// embedder that builds its own `HostState`s for many instances should give
+/// them all one `Turns` around the store.
+pub struct Turns {
+    inner: Arc<dyn Backend>,
+    lines: Mutex<HashMap<(String, String), Line>>,
+    /// The store's clock as the latest reply told it, and when that reply
+    /// came: what a waiter's time in line is counted on, beside the host's.
+    clock: Mutex<Option<(Millis, Instant)>>,
+}
+
+/// The waiters for one key of one partition.
+#[derive(Default)]
+struct Line {
+    /// Tickets in the order their calls came; the front one is the head.
+    waiting: VecDeque<(u64, Arc<Notify>)>,
+    /// The next ticket to give.
+    next_ticket: u64,
+    /// The latest revision at which a reply of this line's showed the key
+    /// present: a put under `absent` cannot apply before a change after it.
+    present_at: u64,
+}
+
+impl Turns {
+    /// `inner`, with its `absent` waiters taking turns.
+    pub fn new(inner: Arc<dyn Backend>) -> Self {
+        Turns {
+            inner,
+            lines: Mutex::default(),
+            clock: Mutex::default(),
+        }
+    }
+
+    /// How many calls wait in the line for `key` of `partition` now, the
+    /// head included: for tests and metrics.
+    pub fn in_line(&self, partition: &str, key: &str) -> usize {
+        self.lines()
+            .get(&(partition.to_string(), key.to_string()))
+            .map_or(0, |line| line.waiting.len())
+    }
+
+    fn lines(&self) -> MutexGuard<'_, HashMap<(String, String), Line>> {
+        // A panic while the map was held left it whole: every change to it
+        // is one statement.
+        self.lines.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Note the store's clock from a reply.
+    fn saw(&self, now: Millis) {
+        let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        if clock.is_none_or(|(seen, _)| now >= seen) {
+            *clock = Some((now, Instant::now()));
+        }
+    }
+
+    /// The store's clock now, as the latest reply and the host's time since
+    /// tell it; `None` before any reply.
+    fn store_now(&self) -> Option<Millis> {
+        let clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        clock.map(|(seen, at)| seen.saturating_add(millis(at.elapsed())))
+    }
+
+    /// Join the line for `line`: this call's place in it, and whether it is
+    /// the head already.
+    fn join(&self, line: &(String, String)) -> (Place<'_>, Arc<Notify>, bool) {
+        let notify = Arc::new(Notify::new());
+        let mut lines = self.lines();
+        let waiting = lines.entry(line.clone()).or_default();
+        let ticket = waiting.next_ticket;
+        waiting.next_ticket += 1;
+        waiting.waiting.push_back((ticket, notify.clone()));
+        let head = waiting.waiting.len() == 1;
+        let place = Place {
+            turns: self,
+            line: line.clone(),
+            ticket,
+        };
+        (place, notify, head)
+    }
+
+    fn is_head(&self, line: &(String, String), ticket: u64) -> bool {
+        self.lines()
+            .get(line)
+            .and_then(|l| l.waiting.front())
+            .is_some_and(|(t, _)| *t == ticket)
+    }
+
+    /// The revision the head should wait after: its own, or later when the
+    /// line saw the key present later.
+    fn after(&self, line: &(String, String), after: u64) -> u64 {
+        self.lines()
+            .get(line)
+            .map_or(after, |l| after.max(l.present_at))
+    }
+
+    /// Note a reply that showed the key present at `revision`.
+    fn seen_present(&self, line: &(String, String), revision: u64) {
+        if let Some(l) = self.lines().get_mut(line) {
+            l.present_at = l.present_at.max(revision);
+        }
+    }
+
+    /// Leave the line; when this was the head, wake the next one.
+    fn leave(&self, line: &(String, String), ticket: u64) {
+        let mut lines = self.lines();
+        let Some(l) = lines.get_mut(line) else {
+            return;
+        };
+        let was_head = l.waiting.front().is_some_and(|(t, _)| *t == ticket);
+        l.waiting.retain(|(t, _)| *t != ticket);
+        if l.waiting.is_empty() {
+            lines.remove(line);
+        } else if was_head && let Some((_, next)) = l.waiting.front() {
+            // A permit is kept if the next one is not listening yet.
+            next.notify_one();
+        }
+    }
+}
+
+/// A call's place in a line; leaving it (however the call ends, a cut
+/// request included) passes the turn on.
+struct Place<'a> {
+    turns: &'a Turns,
+    line: (String, String),
+    ticket: u64,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.turns.leave(&self.line, self.ticket);
+    }
+}
+
+#[async_trait]
+impl Backend for Turns {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    async fn now(&self) -> Result<Millis, StoreError> {
+        let now = self.inner.now().await?;
+        self.saw(now);
+        Ok(now)
+    }
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.inner.ready().await
+    }
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings()
+    }
+    async fn get(&self, partition: &str, key: &str) -> Result<ReadReply, StoreError> {
+        let reply = self.inner.get(partition, key).await?;
+        self.saw(reply.now);
+        Ok(reply)
+    }
+    async fn list(&self, partition: &str, prefix: &str) -> Result<ListReply, StoreError> {
+        let reply = self.inner.list(partition, prefix).await?;
+        self.saw(reply.now);
+        Ok(reply)
+    }
+    async fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        let reply = self
+            .inner
+            .put(partition, key, value, ttl_ms, condition)
+            .await?;
+        self.saw(reply.now);
+        Ok(reply)
+    }
+    async fn delete(
+        &self,
+        partition: &str,
+        key: &str,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.inner.delete(partition, key, condition).await
+    }
+    async fn touch(
+        &self,
+        partition: &str,
+        key: &str,
+        ttl_ms: u64,
+        condition: &Condition,
+    ) -> Result<WriteReply, StoreError> {
+        self.inner.touch(partition, key, ttl_ms, condition).await
+    }
+    async fn changes(
+        &self,
+        partition: &str,
+        after: u64,
+        max: u32,
+    ) -> Result<ChangesReply, StoreError> {
+        self.inner.changes(partition, after, max).await
+    }
+    async fn meter(
+        &self,
+        partition: &str,
+        key: &str,
+        request: &MeterRequest,
+    ) -> Result<MeterReply, StoreError> {
+        self.inner.meter(partition, key, request).await
+    }
+    async fn wait(&self, partition: &str, after: u64, timeout_ms: u64) -> Result<u64, StoreError> {
+        self.inner.wait(partition, after, timeout_ms).await
+    }
+    async fn wait_then_put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        condition: &Condition,
+        after: u64,
+        timeout_ms: u64,
+    ) -> Result<WriteReply, StoreError> {
+        if !matches!(condition, Condition::Absent) || timeout_ms == 0 {
+            return self
+                .inner
+                .wait_then_put(partition, key, value, ttl_ms, condition, after, timeout_ms)
+                .await;
+        }
+        let started = Instant::now();
+        let started_store = self.store_now();
+        let line = (partition.to_string(), key.to_string());
+        let (place, notify, mut head) = self.join(&line);
+        // The timeout is on the store's clock. While the call waits its
+        // turn here the host's clock stands in for it, and at its turn the
+        // time spent is the more of the two clocks' (a store's clock may
+        // be a test's, moved by hand); what is left goes to the store.
+        let until = started + Duration::from_millis(timeout_ms);
+        while !head {
+            tokio::select! {
+                () = notify.notified() => head = self.is_head(&line, place.ticket),
+                () = tokio::time::sleep_until(until.into()) => break,
+            }
+        }
+        let (after, wait_ms) = if head {
+            let on_store = match (started_store, self.store_now()) {
+                (Some(then), Some(now)) => now.saturating_sub(then),
+                _ => 0,
+            };
+            let spent = millis(started.elapsed()).max(on_store);
+            (self.after(&line, after), timeout_ms.saturating_sub(spent))
+        } else {
+            // Its timeout passed before its turn: put now, as promised.
+            (after, 0)
+        };
+        let reply = self
+            .inner
+            .wait_then_put(partition, key, value, ttl_ms, condition, after, wait_ms)
+            .await;
+        if let Ok(reply) = &reply {
+            self.saw(reply.now);
+            if let Outcome::Applied(entry) | Outcome::Conflict(Some(entry)) = &reply.outcome
+                && entry.key == key
+            {
+                self.seen_present(&line, entry.revision);
+            }
+        }
+        drop(place);
+        reply
+    }
+}
+
+/// A duration in whole milliseconds.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,184 @@
+//! Lock waiters of one process take turns (`coord_host::backend::turns`):
+//! a release wakes the first of them alone, they are granted in the order
+//! they came, and a waiter that leaves (cut, or out of time) never holds
+//! up the ones behind it. On every backend, through the real component.
+
+use crate::common;
+
+use std::sync::{Arc, Mutex};
+
+use common::recording::RecordingBackend;
+use common::{Harness, no_wait};
+use coord_component::keys::{LOCK_HOLDER_KEY, lock_partition};
+use coord_host::Runtime;
+use coord_host::lock::*;
+
+const HISTORY: usize = coord_component::memory::DEFAULT_HISTORY;
+
+per_backend!(
+    waiters_are_granted_in_the_order_they_came_and_each_reaches_the_store_once,
+    a_waiter_cut_at_the_head_of_the_line_hands_its_turn_on,
+    a_waiter_out_of_time_is_not_held_behind_the_head,
+);
+
+const ID: &str = "turns";
+const WAITERS: usize = 6;
+
+fn waiting(timeout_ms: u64) -> AcquireOptions {
+    AcquireOptions {
+        ttl_ms: Some(600_000),
+        wait: Some(WaitPolicy::Timeout(timeout_ms)),
+    }
+}
+
+fn acquired(outcome: AcquireOutcome) -> HeldLock {
+    match outcome {
+        AcquireOutcome::Acquired(lock) => lock,
+        AcquireOutcome::Busy(holder) => panic!("expected acquired, got busy {holder:?}"),
+    }
+}
+
+/// Return once `n` calls wait in the line of `resource`'s lock in `rt`.
+async fn until_in_line(rt: &Runtime, resource: &str, n: usize) {
+    let partition = lock_partition(ID, resource);
+    while rt.turns().in_line(&partition, LOCK_HOLDER_KEY) != n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Six waiters start one after another; the holder releases; each, once
+/// granted, releases at once. They hold the lock in the order they came,
+/// and below the line exactly one `wait-then-put` per waiter reaches the
+/// store: a release wakes only the next. (Without turns, every release
+/// woke every waiter still waiting, and each of those tried again.)
+async fn waiters_are_granted_in_the_order_they_came_and_each_reaches_the_store_once(h: Harness) {
+    let recording = Arc::new(RecordingBackend::new(h.backend.clone()));
+    let rt = Arc::new(Runtime::new(recording.clone()).unwrap());
+    let mut holder = rt.instantiate().await.unwrap();
+    let held = acquired(
+        holder
+            .lock()
+            .acquire(ID, "a", no_wait(600_000))
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for n in 0..WAITERS {
+        let (runtime, order) = (rt.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = runtime.instantiate().await.unwrap();
+            let lock = acquired(
+                i.lock()
+                    .acquire(ID, "a", waiting(600_000))
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+            order.lock().unwrap().push((n, lock.fence));
+            assert!(i.lock().release(&lock).await.unwrap().unwrap());
+            // The first attempt, the one wait-then-put, the release.
+            assert_eq!(i.store_calls(), 3, "waiter {n}'s calls");
+        }));
+        until_in_line(&rt, "a", n + 1).await;
+    }
+    assert!(holder.lock().release(&held).await.unwrap().unwrap());
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let came: Vec<usize> = order.iter().map(|(n, _)| *n).collect();
+    assert_eq!(came, (0..WAITERS).collect::<Vec<_>>(), "granted in order");
+    assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "fences rise");
+    let waits = recording
+        .calls()
+        .iter()
+        .filter(|c| c.operation == "wait-then-put")
+        .count();
+    assert_eq!(
+        waits, WAITERS,
+        "one wait-then-put per waiter reached the store"
+    );
+}
+
+/// The head of the line is cut (its task dropped, as a request cut short
+/// drops its call): the next waiter takes its turn and is granted on the
+/// release, instead of waiting behind a call that will never end.
+async fn a_waiter_cut_at_the_head_of_the_line_hands_its_turn_on(h: Harness) {
+    let rt = h.runtime();
+    let mut holder = rt.instantiate().await.unwrap();
+    let held = acquired(
+        holder
+            .lock()
+            .acquire(ID, "b", no_wait(600_000))
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    let spawn = |rt: Arc<Runtime>| {
+        tokio::spawn(async move {
+            let mut i = rt.instantiate().await.unwrap();
+            i.lock()
+                .acquire(ID, "b", waiting(600_000))
+                .await
+                .unwrap()
+                .unwrap()
+        })
+    };
+    let first = spawn(rt.clone());
+    until_in_line(&rt, "b", 1).await;
+    let second = spawn(rt.clone());
+    until_in_line(&rt, "b", 2).await;
+    first.abort();
+    until_in_line(&rt, "b", 1).await;
+    assert!(holder.lock().release(&held).await.unwrap().unwrap());
+    let granted = acquired(second.await.unwrap());
+    assert!(granted.fence > held.fence);
+}
+
+/// A waiter with a short budget behind a head with a long one: once its
+/// budget has passed on the store's clock, it answers `busy` without
+/// waiting for the head to leave, and the head still holds its turn.
+async fn a_waiter_out_of_time_is_not_held_behind_the_head(h: Harness) {
+    let rt = h.runtime();
+    let mut holder = rt.instantiate().await.unwrap();
+    let held = acquired(
+        holder
+            .lock()
+            .acquire(ID, "c", no_wait(600_000))
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    let patient = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            let mut i = rt.instantiate().await.unwrap();
+            i.lock()
+                .acquire(ID, "c", waiting(600_000))
+                .await
+                .unwrap()
+                .unwrap()
+        })
+    };
+    until_in_line(&rt, "c", 1).await;
+    let mut hurried = rt.instantiate().await.unwrap();
+    let short = hurried.lock().acquire(ID, "c", waiting(1000));
+    let moved = async {
+        until_in_line(&rt, "c", 2).await;
+        h.advance(1000);
+    };
+    let (outcome, ()) = tokio::join!(short, moved);
+    let AcquireOutcome::Busy(by) = outcome.unwrap().unwrap() else {
+        panic!("the lock is held: the short waiter must be busy");
+    };
+    assert_eq!(by.fence, held.fence);
+    assert_eq!(
+        rt.turns()
+            .in_line(&lock_partition(ID, "c"), LOCK_HOLDER_KEY),
+        1
+    );
+    assert!(holder.lock().release(&held).await.unwrap().unwrap());
+    assert!(acquired(patient.await.unwrap()).fence > held.fence);
+}
