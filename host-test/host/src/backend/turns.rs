@@ -20,7 +20,9 @@
 //!   and failing;
 //! - a waiter whose own timeout passes before its turn makes its put then,
 //!   as `wait-then-put` promises, and returns its reply; if it calls again
-//!   it goes behind those waiting.
+//!   it goes behind those waiting (so a lock's `attempts` policy, whose
+//!   waits are slices of `delay-ms`, keeps the order of arrival only
+//!   within a slice).
 //!
 //! It is a property of one process: waiters in different processes each
 //! have their own line, so a release wakes one waiter per process. Calls
