@@ -15,7 +15,12 @@
 //! entries it touches (`rows.rs`).
 //!
 //! **Every call is one transaction**, `BEGIN IMMEDIATE` to `COMMIT`: read
-//! the row, decide, write it back if anything changed. SQLite lets one
+//! the row, decide, write it back if anything changed. A read (`get`,
+//! `list`, `changes`, a wait's check) begins `DEFERRED` instead and writes
+//! nothing, so another process's long write does not hold it back and a
+//! file this process may only read still answers; only when an entry is
+//! due to expire does it run as a write, to record the expiry before it
+//! answers (`transact.rs`). SQLite lets one
 //! writer in at a time across every process on the file, so no call sees a
 //! half-made decision, and a process killed inside a transaction leaves
 //! the file as the last commit had it (the journal rolls it back). The

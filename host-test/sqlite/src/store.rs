@@ -39,6 +39,14 @@ impl PartitionStore for SqliteBackend {
     ) -> Result<(Answer, Millis), StoreError> {
         let touches = operation.touches();
         let operation = operation.into_owned();
+        if operation.only_reads() {
+            let bound = self.shared.config.busy_timeout;
+            return self
+                .read_within(partition, touches, bound, move |p, now| {
+                    operation.apply(p, now)
+                })
+                .await;
+        }
         self.transact(partition, touches, move |p, now| operation.apply(p, now))
             .await
     }
@@ -59,9 +67,10 @@ impl PartitionStore for SqliteBackend {
         let waits = Duration::from_millis(timeout_ms);
         loop {
             let bound = waits.saturating_sub(started.elapsed()).max(CHECK_AT_LEAST);
-            // A check records due expiries, so an expiry is a new revision.
+            // A check only reads, unless an entry is due: then it records
+            // the expiry (a write), so an expiry is a new revision.
             let ((revision, next_expiry), now) = self
-                .transact_within(partition, Touches::Nothing, bound, |p, _| {
+                .read_within(partition, Touches::Nothing, bound, |p, _| {
                     (p.revision(), p.next_expiry())
                 })
                 .await?;

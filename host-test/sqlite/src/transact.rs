@@ -37,18 +37,6 @@ impl SqliteBackend {
         decide: impl FnOnce(&mut Partition, u64) -> T + Send + 'static,
     ) -> Result<(T, u64), StoreError> {
         let bound = self.shared.config.busy_timeout;
-        self.transact_within(name, touches, bound, decide).await
-    }
-
-    /// [`SqliteBackend::transact`] within `bound` (at most the busy
-    /// timeout).
-    pub(super) async fn transact_within<T: Send + 'static>(
-        &self,
-        name: &str,
-        touches: Touches,
-        bound: std::time::Duration,
-        decide: impl FnOnce(&mut Partition, u64) -> T + Send + 'static,
-    ) -> Result<(T, u64), StoreError> {
         let owned = name.to_string();
         let (answer, now, announce) = self
             .with_connection_within(bound, move |shared, connection| {
@@ -62,7 +50,85 @@ impl SqliteBackend {
     }
 }
 
+impl SqliteBackend {
+    /// Run `decide`, which only reads, on the partition at the store's now,
+    /// within `bound` (at most the busy timeout). It begins as a read
+    /// (`BEGIN DEFERRED`): in WAL mode it takes no lock that a writer, in
+    /// this process or another, waits for or holds it back, so a read
+    /// answers while another process holds a long write and on a file
+    /// this process may only read. When an entry of the partition is due
+    /// to expire, the expiry must be recorded (with its revision, in the
+    /// feed) before the answer: then it runs as [`SqliteBackend::transact`]
+    /// does, a write.
+    pub(super) async fn read_within<T: Send + 'static>(
+        &self,
+        name: &str,
+        touches: Touches,
+        bound: std::time::Duration,
+        decide: impl Fn(&mut Partition, u64) -> T + Send + 'static,
+    ) -> Result<(T, u64), StoreError> {
+        let owned = name.to_string();
+        let (answer, now, announce) = self
+            .with_connection_within(bound, move |shared, connection| {
+                if let Some((answer, now)) =
+                    shared.in_read(connection, &owned, &touches, &decide)?
+                {
+                    return Ok((answer, now, None));
+                }
+                shared.in_transaction(connection, &owned, &touches, decide)
+            })
+            .await?;
+        if let Some(revision) = announce {
+            let _ = self.notifications.send((name.to_string(), revision));
+        }
+        Ok((answer, now))
+    }
+}
+
 impl Shared {
+    /// [`SqliteBackend::read_within`]'s read: its answer and its now, or
+    /// `None` when an entry is due to expire (the caller writes instead).
+    fn in_read<T>(
+        &self,
+        connection: &mut Connection,
+        name: &str,
+        touches: &Touches,
+        decide: &impl Fn(&mut Partition, u64) -> T,
+    ) -> Result<Option<(T, u64)>, StoreError> {
+        let many = may_hold_many(name);
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(unavailable)?;
+        let row: Option<(Vec<u8>, i64)> = tx
+            .query_row(
+                "SELECT state, decided_at FROM coord_partitions WHERE name = ?1",
+                [name.as_bytes()],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(unavailable)?;
+        let clock = self.now_us() / 1000;
+        let Some((state, decided_at)) = row else {
+            // No row: no entries (entry rows without one are not its) and
+            // revision 0, what a write would find and leave unwritten.
+            let mut partition = Partition::new(1);
+            return Ok(Some((decide(&mut partition, clock), clock)));
+        };
+        let now = clock.max(u64::try_from(decided_at).unwrap_or(0));
+        let split = if many { layout::split(&state)? } else { None };
+        let (rows, snapshot) = split.unwrap_or((0, &state[..]));
+        let mut partition = Partition::decode(snapshot).map_err(|e| {
+            unavailable(format!("the row of {name:?} is not a coord partition: {e}"))
+        })?;
+        if many {
+            rows::load(&tx, name, now, touches, rows, &mut partition)?;
+        }
+        if partition.next_expiry().is_some_and(|at| at <= now) {
+            return Ok(None);
+        }
+        Ok(Some((decide(&mut partition, now), now)))
+    }
+
     /// [`SqliteBackend::transact`]'s transaction: its answer, its now, and
     /// the new revision when it made one.
     fn in_transaction<T>(

@@ -168,6 +168,15 @@ impl Operation<'_> {
         }
     }
 
+    /// Whether the step only reads: it changes nothing of the partition
+    /// unless an entry is due to expire (a store records the expiry first).
+    pub fn only_reads(&self) -> bool {
+        matches!(
+            self,
+            Operation::Get { .. } | Operation::List { .. } | Operation::Changes { .. }
+        )
+    }
+
     /// Whether the step must decide on the partition's latest state, not on
     /// a copy this host cached: a read, and a create-if-absent (a lock's or
     /// a permit's acquire), which on a cached copy would let a holder that
