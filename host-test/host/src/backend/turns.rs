@@ -19,10 +19,18 @@
 //!   made), so it waits for that holder's release instead of trying at once
 //!   and failing;
 //! - a waiter whose own timeout passes before its turn makes its put then,
-//!   as `wait-then-put` promises, and returns its reply; if it calls again
-//!   it goes behind those waiting (so a lock's `attempts` policy, whose
-//!   waits are slices of `delay-ms`, keeps the order of arrival only
-//!   within a slice).
+//!   as `wait-then-put` promises, and returns its reply;
+//! - a call that ends in a conflict keeps its place for a short grace
+//!   ([`DEFAULT_GRACE`]), by its value (the owner token): a lock's
+//!   `attempts` policy waits in slices of `delay-ms`, and each slice is a
+//!   call of its own, so without the grace every waiter went to the back
+//!   of the line at each slice and the order of arrival churned. The same
+//!   acquisition calling again within the grace takes its place back;
+//!   while it is away from the head of the line nobody else waits on the
+//!   store (a release is not missed: the next call waits after the
+//!   revision the line last saw the key present at), and one that does
+//!   not come back (its acquire ended busy) holds the line for the grace
+//!   at most.
 //!
 //! It is a property of one process: waiters in different processes each
 //! have their own line, so a release wakes one waiter per process. Calls
@@ -44,17 +52,46 @@ use super::*;
 /// them all one `Turns` around the store.
 pub struct Turns {
     inner: Arc<dyn Backend>,
-    lines: Mutex<HashMap<(String, String), Line>>,
+    lines: Mutex<Lines>,
+    /// How long a call that ended in a conflict keeps its place.
+    grace: Mutex<Duration>,
     /// The store's clock as the latest reply told it, and when that reply
     /// came: what a waiter's time in line is counted on, beside the host's.
     clock: Mutex<Option<(Millis, Instant)>>,
 }
 
+/// How long a call that ended in a conflict keeps its place in its line,
+/// by default: far longer than an acquire takes between two of its calls
+/// (microseconds of the component's own work), short beside a lock's
+/// `delay-ms` of 200.
+pub const DEFAULT_GRACE: Duration = Duration::from_millis(100);
+
+/// Every line, and when places past their grace were last dropped from
+/// all of them.
+#[derive(Default)]
+struct Lines {
+    by_key: HashMap<(String, String), Line>,
+    swept_at: Option<Instant>,
+}
+
+/// One call's place in a line.
+struct Waiter {
+    ticket: u64,
+    notify: Arc<Notify>,
+    /// The call's value (a lock's owner token): the same acquisition
+    /// calling again takes this place back.
+    value: Vec<u8>,
+    /// Set while the call that held this place has ended in a conflict:
+    /// until when the place waits for it to call again.
+    away_until: Option<Instant>,
+}
+
 /// The waiters for one key of one partition.
 #[derive(Default)]
 struct Line {
-    /// Tickets in the order their calls came; the front one is the head.
-    waiting: VecDeque<(u64, Arc<Notify>)>,
+    /// Places in the order their calls first came; the front one is the
+    /// head.
+    waiting: VecDeque<Waiter>,
     /// The next ticket to give.
     next_ticket: u64,
     /// The latest revision at which a reply of this line's showed the key
@@ -68,19 +105,38 @@ impl Turns {
         Turns {
             inner,
             lines: Mutex::default(),
+            grace: Mutex::new(DEFAULT_GRACE),
             clock: Mutex::default(),
         }
     }
 
-    /// How many calls wait in the line for `key` of `partition` now, the
-    /// head included: for tests and metrics.
-    pub fn in_line(&self, partition: &str, key: &str) -> usize {
-        self.lines()
-            .get(&(partition.to_string(), key.to_string()))
-            .map_or(0, |line| line.waiting.len())
+    /// Set how long a call that ended in a conflict keeps its place
+    /// ([`DEFAULT_GRACE`] until set): a test that must not depend on the
+    /// machine's speed sets a long one.
+    pub fn set_grace(&self, grace: Duration) {
+        *self.grace.lock().unwrap_or_else(|e| e.into_inner()) = grace;
     }
 
-    fn lines(&self) -> MutexGuard<'_, HashMap<(String, String), Line>> {
+    fn grace(&self) -> Duration {
+        *self.grace.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many calls wait in the line for `key` of `partition` now, the
+    /// head included (not the places kept for calls that ended): for tests
+    /// and metrics.
+    pub fn in_line(&self, partition: &str, key: &str) -> usize {
+        self.lines()
+            .by_key
+            .get(&(partition.to_string(), key.to_string()))
+            .map_or(0, |line| {
+                line.waiting
+                    .iter()
+                    .filter(|w| w.away_until.is_none())
+                    .count()
+            })
+    }
+
+    fn lines(&self) -> MutexGuard<'_, Lines> {
         // A panic while the map was held left it whole: every change to it
         // is one statement.
         self.lines.lock().unwrap_or_else(|e| e.into_inner())
@@ -101,59 +157,139 @@ impl Turns {
         clock.map(|(seen, at)| seen.saturating_add(millis(at.elapsed())))
     }
 
-    /// Join the line for `line`: this call's place in it, and whether it is
-    /// the head already.
-    fn join(&self, line: &(String, String)) -> (Place<'_>, Arc<Notify>, bool) {
+    /// Join the line for `line` (or take back the place a call with the
+    /// same `value` kept): this call's place in it, and whether it is the
+    /// head already.
+    fn join(&self, line: &(String, String), value: &[u8]) -> (Place<'_>, Arc<Notify>, bool) {
         let notify = Arc::new(Notify::new());
         let mut lines = self.lines();
-        let waiting = lines.entry(line.clone()).or_default();
-        let ticket = waiting.next_ticket;
-        waiting.next_ticket += 1;
-        waiting.waiting.push_back((ticket, notify.clone()));
-        let head = waiting.waiting.len() == 1;
+        self.sweep(&mut lines);
+        let waiting = lines.by_key.entry(line.clone()).or_default();
+        let kept = waiting
+            .waiting
+            .iter_mut()
+            .find(|w| w.away_until.is_some() && w.value == value);
+        let ticket = match kept {
+            Some(place) => {
+                place.away_until = None;
+                place.notify = notify.clone();
+                place.ticket
+            }
+            None => {
+                let ticket = waiting.next_ticket;
+                waiting.next_ticket += 1;
+                waiting.waiting.push_back(Waiter {
+                    ticket,
+                    notify: notify.clone(),
+                    value: value.to_vec(),
+                    away_until: None,
+                });
+                ticket
+            }
+        };
+        let head = waiting.waiting.front().is_some_and(|w| w.ticket == ticket);
         let place = Place {
             turns: self,
             line: line.clone(),
             ticket,
+            keep: false,
         };
         (place, notify, head)
     }
 
-    fn is_head(&self, line: &(String, String), ticket: u64) -> bool {
-        self.lines()
-            .get(line)
-            .and_then(|l| l.waiting.front())
-            .is_some_and(|(t, _)| *t == ticket)
+    /// Drop the places whose grace has passed from every line, at most
+    /// once a grace: a line whose callers all went stays no longer.
+    fn sweep(&self, lines: &mut Lines) {
+        let now = Instant::now();
+        let grace = self.grace();
+        if lines
+            .swept_at
+            .is_some_and(|at| now.saturating_duration_since(at) < grace)
+        {
+            return;
+        }
+        lines.swept_at = Some(now);
+        lines.by_key.retain(|_, line| {
+            line.drop_kept(now);
+            !line.waiting.is_empty()
+        });
+    }
+
+    /// Whether `ticket` is the head of `line` now (a place kept past its
+    /// grace at the front dropped first), and, when it is not, until when
+    /// a place kept at the front may hold the line.
+    fn is_head(&self, line: &(String, String), ticket: u64) -> (bool, Option<Instant>) {
+        let mut lines = self.lines();
+        let Some(l) = lines.by_key.get_mut(line) else {
+            return (false, None);
+        };
+        l.drop_kept(Instant::now());
+        match l.waiting.front() {
+            Some(front) if front.ticket == ticket => (true, None),
+            Some(front) => (false, front.away_until),
+            None => (false, None),
+        }
     }
 
     /// The revision the head should wait after: its own, or later when the
     /// line saw the key present later.
     fn after(&self, line: &(String, String), after: u64) -> u64 {
         self.lines()
+            .by_key
             .get(line)
             .map_or(after, |l| after.max(l.present_at))
     }
 
     /// Note a reply that showed the key present at `revision`.
     fn seen_present(&self, line: &(String, String), revision: u64) {
-        if let Some(l) = self.lines().get_mut(line) {
+        if let Some(l) = self.lines().by_key.get_mut(line) {
             l.present_at = l.present_at.max(revision);
         }
     }
 
-    /// Leave the line; when this was the head, wake the next one.
-    fn leave(&self, line: &(String, String), ticket: u64) {
+    /// Leave the line, or, with `keep`, keep the place for the grace; when
+    /// this was the head, wake the next one (to take its turn, or to wait
+    /// no longer than the grace).
+    fn leave(&self, line: &(String, String), ticket: u64, keep: bool) {
+        let grace = self.grace();
         let mut lines = self.lines();
-        let Some(l) = lines.get_mut(line) else {
+        let Some(l) = lines.by_key.get_mut(line) else {
             return;
         };
-        let was_head = l.waiting.front().is_some_and(|(t, _)| *t == ticket);
-        l.waiting.retain(|(t, _)| *t != ticket);
+        let was_head = l.waiting.front().is_some_and(|w| w.ticket == ticket);
+        if keep {
+            if let Some(place) = l.waiting.iter_mut().find(|w| w.ticket == ticket) {
+                place.away_until = Some(Instant::now() + grace);
+            }
+        } else {
+            l.waiting.retain(|w| w.ticket != ticket);
+        }
         if l.waiting.is_empty() {
-            lines.remove(line);
-        } else if was_head && let Some((_, next)) = l.waiting.front() {
-            // A permit is kept if the next one is not listening yet.
-            next.notify_one();
+            lines.by_key.remove(line);
+        } else if was_head {
+            l.wake_next();
+        }
+    }
+}
+
+impl Line {
+    /// Drop the places kept past their grace; when the head was one, wake
+    /// the new head.
+    fn drop_kept(&mut self, now: Instant) {
+        let head = self.waiting.front().map(|w| w.ticket);
+        self.waiting
+            .retain(|w| w.away_until.is_none_or(|until| until > now));
+        if self.waiting.front().map(|w| w.ticket) != head {
+            self.wake_next();
+        }
+    }
+
+    /// Wake the first call waiting (behind a kept head, to learn how long
+    /// it may wait).
+    fn wake_next(&self) {
+        // A permit is kept if the call is not listening yet.
+        if let Some(next) = self.waiting.iter().find(|w| w.away_until.is_none()) {
+            next.notify.notify_one();
         }
     }
 }
@@ -164,11 +300,14 @@ struct Place<'a> {
     turns: &'a Turns,
     line: (String, String),
     ticket: u64,
+    /// Whether the call ended in a conflict: its place is kept for the
+    /// grace, for the same acquisition's next call.
+    keep: bool,
 }
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
-        self.turns.leave(&self.line, self.ticket);
+        self.turns.leave(&self.line, self.ticket, self.keep);
     }
 }
 
@@ -268,17 +407,26 @@ impl Backend for Turns {
         let started = Instant::now();
         let started_store = self.store_now();
         let line = (partition.to_string(), key.to_string());
-        let (place, notify, mut head) = self.join(&line);
+        let (mut place, notify, mut head) = self.join(&line, value);
         // The timeout is on the store's clock. While the call waits its
         // turn here the host's clock stands in for it, and at its turn the
         // time spent is the more of the two clocks' (a store's clock may
         // be a test's, moved by hand); what is left goes to the store.
         let until = started + Duration::from_millis(timeout_ms);
+        let mut kept_until = None;
         while !head {
+            // A place kept at the head holds the line no longer than its
+            // grace: wake then to look again.
+            let wake = kept_until.map_or(until, |kept: Instant| kept.min(until));
             tokio::select! {
-                () = notify.notified() => head = self.is_head(&line, place.ticket),
-                () = tokio::time::sleep_until(until.into()) => break,
+                () = notify.notified() => {}
+                () = tokio::time::sleep_until(wake.into()) => {
+                    if Instant::now() >= until {
+                        break;
+                    }
+                }
             }
+            (head, kept_until) = self.is_head(&line, place.ticket);
         }
         let (after, wait_ms) = if head {
             let on_store = match (started_store, self.store_now()) {
@@ -297,6 +445,7 @@ impl Backend for Turns {
             .await;
         if let Ok(reply) = &reply {
             self.saw(reply.now);
+            place.keep = matches!(reply.outcome, Outcome::Conflict(_));
             if let Outcome::Applied(entry) | Outcome::Conflict(Some(entry)) = &reply.outcome
                 && entry.key == key
             {

@@ -6,6 +6,7 @@
 use crate::common;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::recording::RecordingBackend;
 use common::{Harness, no_wait};
@@ -19,6 +20,8 @@ per_backend!(
     waiters_are_granted_in_the_order_they_came_and_each_reaches_the_store_once,
     a_waiter_cut_at_the_head_of_the_line_hands_its_turn_on,
     a_waiter_out_of_time_is_not_held_behind_the_head,
+    waiters_keep_their_order_across_the_slices_of_an_attempts_policy,
+    a_head_that_does_not_call_again_holds_the_line_no_longer_than_its_grace,
 );
 
 const ID: &str = "turns";
@@ -28,6 +31,18 @@ fn waiting(timeout_ms: u64) -> AcquireOptions {
     AcquireOptions {
         ttl_ms: Some(600_000),
         wait: Some(WaitPolicy::Timeout(timeout_ms)),
+    }
+}
+
+/// An `attempts` policy of slices of `delay_ms`, which only the store's
+/// clock ends (the tests' clock moves by hand).
+fn in_slices(max_attempts: u32, delay_ms: u64) -> AcquireOptions {
+    AcquireOptions {
+        ttl_ms: Some(600_000),
+        wait: Some(WaitPolicy::Attempts(Retry {
+            max_attempts,
+            delay_ms,
+        })),
     }
 }
 
@@ -181,4 +196,128 @@ async fn a_waiter_out_of_time_is_not_held_behind_the_head(h: Harness) {
     );
     assert!(holder.lock().release(&held).await.unwrap().unwrap());
     assert!(acquired(patient.await.unwrap()).fence > held.fence);
+}
+
+/// Four waiters under an `attempts` policy, whose waits are slices of
+/// `delay-ms`, each slice a call of its own. The head's slice ends (its
+/// slices are shorter than the others', and the store's clock moves past
+/// one) while the holder still holds: the head's call ends busy and its
+/// acquire calls again at once. It takes its place back at the head
+/// instead of going behind the three others, so the release still grants
+/// them in the order they came. (Before the grace, the head went to the
+/// back at the end of each slice: the second came first.) The grace is set
+/// long, so no slow machine ends it.
+async fn waiters_keep_their_order_across_the_slices_of_an_attempts_policy(h: Harness) {
+    const N: usize = 4;
+    let recording = Arc::new(RecordingBackend::new(h.backend.clone()));
+    let rt = Arc::new(Runtime::new(recording.clone()).unwrap());
+    rt.turns().set_grace(Duration::from_secs(600));
+    let partition = lock_partition(ID, "d");
+    let mut holder = rt.instantiate().await.unwrap();
+    let held = acquired(
+        holder
+            .lock()
+            .acquire(ID, "d", no_wait(600_000))
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for n in 0..N {
+        let (runtime, order) = (rt.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = runtime.instantiate().await.unwrap();
+            let delay_ms = if n == 0 { 1_000 } else { 60_000 };
+            let lock = acquired(
+                i.lock()
+                    .acquire(ID, "d", in_slices(1000, delay_ms))
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+            order.lock().unwrap().push((n, lock.fence));
+            assert!(i.lock().release(&lock).await.unwrap().unwrap());
+        }));
+        until_in_line(&rt, "d", n + 1).await;
+    }
+    let waits = || {
+        recording
+            .calls()
+            .iter()
+            .filter(|c| c.operation == "wait-then-put")
+            .count()
+    };
+    // The head waits on the store; its slice ends; the next slice's call
+    // (whoever's turn it is) waits on the store again.
+    h.until_waiting(&partition, 1).await;
+    assert_eq!(waits(), 1, "only the head waits on the store");
+    h.advance(1_000);
+    while waits() < 2 {
+        tokio::task::yield_now().await;
+    }
+    until_in_line(&rt, "d", N).await;
+    h.until_waiting(&partition, 1).await;
+    assert!(holder.lock().release(&held).await.unwrap().unwrap());
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let came: Vec<usize> = order.iter().map(|(n, _)| *n).collect();
+    assert_eq!(came, (0..N).collect::<Vec<_>>(), "granted in order");
+    assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "fences rise");
+}
+
+/// The head's acquire ends busy when its last slice ends (it will not call
+/// again), and its place is kept for the grace: the waiter behind it is
+/// held no longer than that, takes its turn, and is granted on the release.
+async fn a_head_that_does_not_call_again_holds_the_line_no_longer_than_its_grace(h: Harness) {
+    let rt = h.runtime();
+    rt.turns().set_grace(Duration::from_millis(50));
+    let partition = lock_partition(ID, "e");
+    let mut holder = rt.instantiate().await.unwrap();
+    let held = acquired(
+        holder
+            .lock()
+            .acquire(ID, "e", no_wait(600_000))
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    let head = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            let mut i = rt.instantiate().await.unwrap();
+            // Two attempts: the first at once, the second after a slice.
+            i.lock()
+                .acquire(ID, "e", in_slices(2, 60_000))
+                .await
+                .unwrap()
+                .unwrap()
+        })
+    };
+    until_in_line(&rt, "e", 1).await;
+    h.until_waiting(&partition, 1).await;
+    let next = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            let mut i = rt.instantiate().await.unwrap();
+            i.lock()
+                .acquire(ID, "e", waiting(600_000))
+                .await
+                .unwrap()
+                .unwrap()
+        })
+    };
+    until_in_line(&rt, "e", 2).await;
+    h.advance(60_000);
+    let AcquireOutcome::Busy(by) = head.await.unwrap() else {
+        panic!("the lock is held: the head's last slice must end busy");
+    };
+    assert_eq!(by.fence, held.fence);
+    // The next waiter takes its turn once the grace has passed, and waits
+    // on the store for the release.
+    h.until_waiting(&partition, 1).await;
+    assert!(holder.lock().release(&held).await.unwrap().unwrap());
+    assert!(acquired(next.await.unwrap()).fence > held.fence);
 }
