@@ -8,7 +8,7 @@ use coord_component::keys::{is_unwatched, may_hold_many};
 use coord_component::memory::Partition;
 use coord_host::backend::StoreError;
 use coord_host::backend::rows::{self as layout, Touches};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::rows;
 use super::{Shared, SqliteBackend, unavailable};
@@ -85,6 +85,28 @@ impl SqliteBackend {
     }
 }
 
+/// The row of partition `name`: its state and the store time it was last
+/// decided at.
+fn partition_row(tx: &Transaction<'_>, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+    tx.query_row(
+        "SELECT state, decided_at FROM coord_partitions WHERE name = ?1",
+        [name.as_bytes()],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )
+    .optional()
+    .map_err(unavailable)
+}
+
+/// A row's state as the partition it holds and, in a partition of many,
+/// the count of its entry rows (0 otherwise).
+fn decode(name: &str, state: &[u8], many: bool) -> Result<(Partition, u64), StoreError> {
+    let split = if many { layout::split(state)? } else { None };
+    let (rows, snapshot) = split.unwrap_or((0, state));
+    let partition = Partition::decode(snapshot)
+        .map_err(|e| unavailable(format!("the row of {name:?} is not a coord partition: {e}")))?;
+    Ok((partition, rows))
+}
+
 impl Shared {
     /// [`SqliteBackend::read_within`]'s read: its answer and its now, or
     /// `None` when an entry is due to expire (the caller writes instead).
@@ -99,14 +121,7 @@ impl Shared {
         let tx = connection
             .transaction_with_behavior(TransactionBehavior::Deferred)
             .map_err(unavailable)?;
-        let row: Option<(Vec<u8>, i64)> = tx
-            .query_row(
-                "SELECT state, decided_at FROM coord_partitions WHERE name = ?1",
-                [name.as_bytes()],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(unavailable)?;
+        let row = partition_row(&tx, name)?;
         let clock = self.now_us() / 1000;
         let Some((state, decided_at)) = row else {
             // No row: no entries (entry rows without one are not its) and
@@ -115,11 +130,7 @@ impl Shared {
             return Ok(Some((decide(&mut partition, clock), clock)));
         };
         let now = clock.max(u64::try_from(decided_at).unwrap_or(0));
-        let split = if many { layout::split(&state)? } else { None };
-        let (rows, snapshot) = split.unwrap_or((0, &state[..]));
-        let mut partition = Partition::decode(snapshot).map_err(|e| {
-            unavailable(format!("the row of {name:?} is not a coord partition: {e}"))
-        })?;
+        let (mut partition, rows) = decode(name, &state, many)?;
         if many {
             rows::load(&tx, name, now, touches, rows, &mut partition)?;
         }
@@ -142,23 +153,12 @@ impl Shared {
         let tx = connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(unavailable)?;
-        let row: Option<(Vec<u8>, i64)> = tx
-            .query_row(
-                "SELECT state, decided_at FROM coord_partitions WHERE name = ?1",
-                [name.as_bytes()],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(unavailable)?;
+        let row = partition_row(&tx, name)?;
         let clock_us = self.now_us();
         let clock = clock_us / 1000;
         let (mut partition, before, now, rows) = match row {
             Some((state, decided_at)) => {
-                let split = if many { layout::split(&state)? } else { None };
-                let (rows, snapshot) = split.unwrap_or((0, &state[..]));
-                let partition = Partition::decode(snapshot).map_err(|e| {
-                    unavailable(format!("the row of {name:?} is not a coord partition: {e}"))
-                })?;
+                let (partition, rows) = decode(name, &state, many)?;
                 let decided_at = u64::try_from(decided_at).unwrap_or(0);
                 (partition, Some(state), clock.max(decided_at), rows)
             }

@@ -61,6 +61,57 @@ async fn until_in_line(rt: &Runtime, resource: &str, n: usize) {
     }
 }
 
+/// Start `n` waiters for `resource`'s lock, one after another (each in
+/// line before the next starts), the `k`-th with `options(k)`. Each, once
+/// granted, releases at once. The waiters' tasks answer their store calls;
+/// [`granted_in_order`] checks the grants when they have ended.
+async fn waiters(
+    rt: &Arc<Runtime>,
+    resource: &'static str,
+    n: usize,
+    options: impl Fn(usize) -> AcquireOptions,
+) -> (Grants, Vec<tokio::task::JoinHandle<u64>>) {
+    let grants = Grants::default();
+    let mut tasks = Vec::new();
+    for k in 0..n {
+        let (runtime, grants, options) = (rt.clone(), grants.clone(), options(k));
+        tasks.push(tokio::spawn(async move {
+            let mut i = runtime.instantiate().await.unwrap();
+            let lock = acquired(
+                i.lock()
+                    .acquire(ID, resource, options)
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+            grants.lock().unwrap().push((k, lock.fence));
+            assert!(i.lock().release(&lock).await.unwrap().unwrap());
+            i.store_calls()
+        }));
+        until_in_line(rt, resource, k + 1).await;
+    }
+    (grants, tasks)
+}
+
+/// The waiters granted, in the order they were, with their fences.
+type Grants = Arc<Mutex<Vec<(usize, u64)>>>;
+
+/// Wait for the waiters' tasks; assert that the `n` of them were granted
+/// in the order they came, with rising fences. Answers each one's store
+/// calls.
+async fn granted_in_order(grants: Grants, tasks: Vec<tokio::task::JoinHandle<u64>>) -> Vec<u64> {
+    let n = tasks.len();
+    let mut calls = Vec::new();
+    for task in tasks {
+        calls.push(task.await.unwrap());
+    }
+    let grants = grants.lock().unwrap().clone();
+    let came: Vec<usize> = grants.iter().map(|(k, _)| *k).collect();
+    assert_eq!(came, (0..n).collect::<Vec<_>>(), "granted in order");
+    assert!(grants.windows(2).all(|w| w[0].1 < w[1].1), "fences rise");
+    calls
+}
+
 /// Six waiters start one after another; the holder releases; each, once
 /// granted, releases at once. They hold the lock in the order they came,
 /// and below the line exactly one `wait-then-put` per waiter reaches the
@@ -78,34 +129,11 @@ async fn waiters_are_granted_in_the_order_they_came_and_each_reaches_the_store_o
             .unwrap()
             .unwrap(),
     );
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for n in 0..WAITERS {
-        let (runtime, order) = (rt.clone(), order.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut i = runtime.instantiate().await.unwrap();
-            let lock = acquired(
-                i.lock()
-                    .acquire(ID, "a", waiting(600_000))
-                    .await
-                    .unwrap()
-                    .unwrap(),
-            );
-            order.lock().unwrap().push((n, lock.fence));
-            assert!(i.lock().release(&lock).await.unwrap().unwrap());
-            // The first attempt, the one wait-then-put, the release.
-            assert_eq!(i.store_calls(), 3, "waiter {n}'s calls");
-        }));
-        until_in_line(&rt, "a", n + 1).await;
-    }
+    let (grants, tasks) = waiters(&rt, "a", WAITERS, |_| waiting(600_000)).await;
     assert!(holder.lock().release(&held).await.unwrap().unwrap());
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let order = order.lock().unwrap().clone();
-    let came: Vec<usize> = order.iter().map(|(n, _)| *n).collect();
-    assert_eq!(came, (0..WAITERS).collect::<Vec<_>>(), "granted in order");
-    assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "fences rise");
+    let calls = granted_in_order(grants, tasks).await;
+    // Each: the first attempt, the one wait-then-put, the release.
+    assert_eq!(calls, vec![3; WAITERS], "the waiters' store calls");
     let waits = recording
         .calls()
         .iter()
@@ -222,25 +250,9 @@ async fn waiters_keep_their_order_across_the_slices_of_an_attempts_policy(h: Har
             .unwrap()
             .unwrap(),
     );
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for n in 0..N {
-        let (runtime, order) = (rt.clone(), order.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut i = runtime.instantiate().await.unwrap();
-            let delay_ms = if n == 0 { 1_000 } else { 60_000 };
-            let lock = acquired(
-                i.lock()
-                    .acquire(ID, "d", in_slices(1000, delay_ms))
-                    .await
-                    .unwrap()
-                    .unwrap(),
-            );
-            order.lock().unwrap().push((n, lock.fence));
-            assert!(i.lock().release(&lock).await.unwrap().unwrap());
-        }));
-        until_in_line(&rt, "d", n + 1).await;
-    }
+    // The first's slices are shorter than the others'.
+    let slices = |k| in_slices(1000, if k == 0 { 1_000 } else { 60_000 });
+    let (grants, tasks) = waiters(&rt, "d", N, slices).await;
     let waits = || {
         recording
             .calls()
@@ -259,13 +271,7 @@ async fn waiters_keep_their_order_across_the_slices_of_an_attempts_policy(h: Har
     until_in_line(&rt, "d", N).await;
     h.until_waiting(&partition, 1).await;
     assert!(holder.lock().release(&held).await.unwrap().unwrap());
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let order = order.lock().unwrap().clone();
-    let came: Vec<usize> = order.iter().map(|(n, _)| *n).collect();
-    assert_eq!(came, (0..N).collect::<Vec<_>>(), "granted in order");
-    assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "fences rise");
+    granted_in_order(grants, tasks).await;
 }
 
 /// The head's acquire ends busy when its last slice ends (it will not call
