@@ -158,13 +158,13 @@ impl Turns {
     }
 
     /// Join the line for `line` (or take back the place a call with the
-    /// same `value` kept): this call's place in it, and whether it is the
-    /// head already.
-    fn join(&self, line: &(String, String), value: &[u8]) -> (Place<'_>, Arc<Notify>, bool) {
+    /// same `value` kept, within its grace): this call's place in it.
+    fn join(&self, line: &(String, String), value: &[u8]) -> (Place<'_>, Arc<Notify>) {
         let notify = Arc::new(Notify::new());
         let mut lines = self.lines();
         self.sweep(&mut lines);
         let waiting = lines.by_key.entry(line.clone()).or_default();
+        waiting.drop_kept(Instant::now());
         let kept = waiting
             .waiting
             .iter_mut()
@@ -187,14 +187,13 @@ impl Turns {
                 ticket
             }
         };
-        let head = waiting.waiting.front().is_some_and(|w| w.ticket == ticket);
         let place = Place {
             turns: self,
             line: line.clone(),
             ticket,
             keep: false,
         };
-        (place, notify, head)
+        (place, notify)
     }
 
     /// Drop the places whose grace has passed from every line, at most
@@ -248,11 +247,13 @@ impl Turns {
     }
 
     /// Leave the line, or, with `keep`, keep the place for the grace; when
-    /// this was the head, wake the next one (to take its turn, or to wait
-    /// no longer than the grace).
+    /// this was the head, or a kept place is now at the head, wake the first
+    /// call waiting (to take its turn, or to learn how long the kept place
+    /// may hold it: the call that knew may be this one).
     fn leave(&self, line: &(String, String), ticket: u64, keep: bool) {
         let grace = self.grace();
         let mut lines = self.lines();
+        self.sweep(&mut lines);
         let Some(l) = lines.by_key.get_mut(line) else {
             return;
         };
@@ -266,7 +267,7 @@ impl Turns {
         }
         if l.waiting.is_empty() {
             lines.by_key.remove(line);
-        } else if was_head {
+        } else if was_head || l.waiting.front().is_some_and(|w| w.away_until.is_some()) {
             l.wake_next();
         }
     }
@@ -407,13 +408,13 @@ impl Backend for Turns {
         let started = Instant::now();
         let started_store = self.store_now();
         let line = (partition.to_string(), key.to_string());
-        let (mut place, notify, mut head) = self.join(&line, value);
+        let (mut place, notify) = self.join(&line, value);
         // The timeout is on the store's clock. While the call waits its
         // turn here the host's clock stands in for it, and at its turn the
         // time spent is the more of the two clocks' (a store's clock may
         // be a test's, moved by hand); what is left goes to the store.
         let until = started + Duration::from_millis(timeout_ms);
-        let mut kept_until = None;
+        let (mut head, mut kept_until) = self.is_head(&line, place.ticket);
         while !head {
             // A place kept at the head holds the line no longer than its
             // grace: wake then to look again.

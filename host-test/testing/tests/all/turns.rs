@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::recording::RecordingBackend;
 use common::{Harness, no_wait};
 use coord_component::keys::{LOCK_HOLDER_KEY, lock_partition};
-use coord_host::Runtime;
 use coord_host::lock::*;
+use coord_host::{Instance, Runtime};
 
 const HISTORY: usize = coord_component::memory::DEFAULT_HISTORY;
 
@@ -22,6 +22,8 @@ per_backend!(
     a_waiter_out_of_time_is_not_held_behind_the_head,
     waiters_keep_their_order_across_the_slices_of_an_attempts_policy,
     a_head_that_does_not_call_again_holds_the_line_no_longer_than_its_grace,
+    a_waiter_behind_a_kept_place_is_woken_when_the_one_ahead_of_it_leaves,
+    a_waiter_that_comes_while_the_head_is_away_is_held_no_longer_than_the_grace,
 );
 
 const ID: &str = "turns";
@@ -226,15 +228,14 @@ async fn a_waiter_out_of_time_is_not_held_behind_the_head(h: Harness) {
     assert!(acquired(patient.await.unwrap()).fence > held.fence);
 }
 
-/// Four waiters under an `attempts` policy, whose waits are slices of
-/// `delay-ms`, each slice a call of its own. The head's slice ends (its
-/// slices are shorter than the others', and the store's clock moves past
-/// one) while the holder still holds: the head's call ends busy and its
-/// acquire calls again at once. It takes its place back at the head
-/// instead of going behind the three others, so the release still grants
-/// them in the order they came. (Before the grace, the head went to the
-/// back at the end of each slice: the second came first.) The grace is set
-/// long, so no slow machine ends it.
+/// Four waiters, the first under an `attempts` policy, whose waits are
+/// slices of `delay-ms`, each slice a call of its own. The head's slice
+/// ends (the store's clock moves past it) while the holder still holds:
+/// the head's call ends busy and its acquire calls again at once. It takes
+/// its place back at the head instead of going behind the three others,
+/// so the release still grants them in the order they came. (Before the
+/// grace, the head went to the back at the end of each slice: the second
+/// came first.) The grace is set long, so no slow machine ends it.
 async fn waiters_keep_their_order_across_the_slices_of_an_attempts_policy(h: Harness) {
     const N: usize = 4;
     let recording = Arc::new(RecordingBackend::new(h.backend.clone()));
@@ -250,9 +251,12 @@ async fn waiters_keep_their_order_across_the_slices_of_an_attempts_policy(h: Har
             .unwrap()
             .unwrap(),
     );
-    // The first's slices are shorter than the others'.
-    let slices = |k| in_slices(1000, if k == 0 { 1_000 } else { 60_000 });
-    let (grants, tasks) = waiters(&rt, "d", N, slices).await;
+    // The first waits in slices; the others for as long as it takes.
+    let options = |k| match k {
+        0 => in_slices(1000, 1_000),
+        _ => waiting(600_000),
+    };
+    let (grants, tasks) = waiters(&rt, "d", N, options).await;
     let waits = || {
         recording
             .calls()
@@ -274,18 +278,45 @@ async fn waiters_keep_their_order_across_the_slices_of_an_attempts_policy(h: Har
     granted_in_order(grants, tasks).await;
 }
 
-/// The head's acquire ends busy when its last slice ends (it will not call
-/// again), and its place is kept for the grace: the waiter behind it is
-/// held no longer than that, takes its turn, and is granted on the release.
-async fn a_head_that_does_not_call_again_holds_the_line_no_longer_than_its_grace(h: Harness) {
-    let rt = h.runtime();
-    rt.turns().set_grace(Duration::from_millis(50));
-    let partition = lock_partition(ID, "e");
+/// A task that acquires `resource`'s lock with `options` and, once
+/// granted, releases it at once; it answers the grant's fence.
+fn acquiring(
+    rt: &Arc<Runtime>,
+    resource: &'static str,
+    options: AcquireOptions,
+) -> tokio::task::JoinHandle<u64> {
+    let rt = rt.clone();
+    tokio::spawn(async move {
+        let mut i = rt.instantiate().await.unwrap();
+        let lock = acquired(
+            i.lock()
+                .acquire(ID, resource, options)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+        assert!(i.lock().release(&lock).await.unwrap().unwrap());
+        lock.fence
+    })
+}
+
+/// `resource`'s lock held, and a head under an `attempts` policy of two
+/// waiting on the store for it, with `behind` waiters (of long timeouts)
+/// in line after it. Then the store's clock moves past the head's slice:
+/// its acquire ends busy and its place is kept for the grace. Answers the
+/// holder, its lock and the waiters' tasks (each answers its grant's
+/// fence).
+async fn a_head_gone_busy(
+    h: &Harness,
+    rt: &Arc<Runtime>,
+    resource: &'static str,
+    behind: usize,
+) -> (Instance, HeldLock, Vec<tokio::task::JoinHandle<u64>>) {
     let mut holder = rt.instantiate().await.unwrap();
     let held = acquired(
         holder
             .lock()
-            .acquire(ID, "e", no_wait(600_000))
+            .acquire(ID, resource, no_wait(600_000))
             .await
             .unwrap()
             .unwrap(),
@@ -296,34 +327,69 @@ async fn a_head_that_does_not_call_again_holds_the_line_no_longer_than_its_grace
             let mut i = rt.instantiate().await.unwrap();
             // Two attempts: the first at once, the second after a slice.
             i.lock()
-                .acquire(ID, "e", in_slices(2, 60_000))
+                .acquire(ID, resource, in_slices(2, 60_000))
                 .await
                 .unwrap()
                 .unwrap()
         })
     };
-    until_in_line(&rt, "e", 1).await;
-    h.until_waiting(&partition, 1).await;
-    let next = {
-        let rt = rt.clone();
-        tokio::spawn(async move {
-            let mut i = rt.instantiate().await.unwrap();
-            i.lock()
-                .acquire(ID, "e", waiting(600_000))
-                .await
-                .unwrap()
-                .unwrap()
-        })
-    };
-    until_in_line(&rt, "e", 2).await;
+    until_in_line(rt, resource, 1).await;
+    h.until_waiting(&lock_partition(ID, resource), 1).await;
+    let mut tasks = Vec::new();
+    for n in 0..behind {
+        tasks.push(acquiring(rt, resource, waiting(600_000)));
+        until_in_line(rt, resource, n + 2).await;
+    }
     h.advance(60_000);
     let AcquireOutcome::Busy(by) = head.await.unwrap() else {
         panic!("the lock is held: the head's last slice must end busy");
     };
     assert_eq!(by.fence, held.fence);
+    (holder, held, tasks)
+}
+
+/// The head's acquire ends busy when its last slice ends (it will not call
+/// again), and its place is kept for the grace: the waiter behind it is
+/// held no longer than that, and is granted on the release.
+async fn a_head_that_does_not_call_again_holds_the_line_no_longer_than_its_grace(h: Harness) {
+    let rt = h.runtime();
+    rt.turns().set_grace(Duration::from_millis(50));
+    let (mut holder, held, mut behind) = a_head_gone_busy(&h, &rt, "e", 1).await;
     // The next waiter takes its turn once the grace has passed, and waits
     // on the store for the release.
-    h.until_waiting(&partition, 1).await;
+    h.until_waiting(&lock_partition(ID, "e"), 1).await;
     assert!(holder.lock().release(&held).await.unwrap().unwrap());
-    assert!(acquired(next.await.unwrap()).fence > held.fence);
+    assert!(behind.remove(0).await.unwrap() > held.fence);
+}
+
+/// A waiter comes after the head has gone busy, while the head's place is
+/// kept: it learns as it joins how long the kept place may hold the line,
+/// takes its turn when the grace has passed, and is granted on the
+/// release. (Before, nobody told it: it waited for its own timeout.)
+async fn a_waiter_that_comes_while_the_head_is_away_is_held_no_longer_than_the_grace(h: Harness) {
+    let rt = h.runtime();
+    rt.turns().set_grace(Duration::from_secs(1));
+    let (mut holder, held, _) = a_head_gone_busy(&h, &rt, "g", 0).await;
+    let late = acquiring(&rt, "g", waiting(600_000));
+    until_in_line(&rt, "g", 1).await;
+    h.until_waiting(&lock_partition(ID, "g"), 1).await;
+    assert!(holder.lock().release(&held).await.unwrap().unwrap());
+    assert!(late.await.unwrap() > held.fence);
+}
+
+/// A kept place at the head, and two waiters behind it: the first of them,
+/// which was told how long the kept place may hold the line, is cut. The
+/// second, which was not told, is woken to learn it, takes its turn when
+/// the grace has passed, and is granted on the release. (Before, nothing
+/// woke it: it waited for its own timeout.)
+async fn a_waiter_behind_a_kept_place_is_woken_when_the_one_ahead_of_it_leaves(h: Harness) {
+    let rt = h.runtime();
+    rt.turns().set_grace(Duration::from_secs(1));
+    let (mut holder, held, mut behind) = a_head_gone_busy(&h, &rt, "f", 2).await;
+    let (first, second) = (behind.remove(0), behind.remove(0));
+    first.abort();
+    until_in_line(&rt, "f", 1).await;
+    h.until_waiting(&lock_partition(ID, "f"), 1).await;
+    assert!(holder.lock().release(&held).await.unwrap().unwrap());
+    assert!(second.await.unwrap() > held.fence);
 }
