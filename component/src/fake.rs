@@ -67,9 +67,13 @@ impl FakeStore {
         f: impl FnOnce(&mut Partition, u64) -> Outcome,
     ) -> Result<WriteReply, StoreError> {
         self.count();
-        Ok(self.with(partition, |p, now| WriteReply {
-            outcome: f(p, now),
-            now,
+        Ok(self.with(partition, |p, now| {
+            let outcome = f(p, now);
+            WriteReply {
+                outcome,
+                now,
+                revision: p.revision(),
+            }
         }))
     }
 }

@@ -133,16 +133,6 @@ impl Patience {
         let rest = deadline - now;
         Some(self.slice_ms.map_or(rest, |slice| slice.min(rest)))
     }
-
-    /// A wait [`next_wait`](Self::next_wait) gave, cut to what is left of
-    /// the budget at store time `now`: for a caller that made another
-    /// request (a listing) between the two, so that request's time is
-    /// counted too.
-    pub(crate) fn within_budget(&self, wait_ms: u64, now: u64) -> u64 {
-        self.deadline.map_or(wait_ms, |deadline| {
-            wait_ms.min(deadline.saturating_sub(now))
-        })
-    }
 }
 
 impl<S: Store, E: Entropy> Locks<S, E> {

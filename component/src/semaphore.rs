@@ -11,10 +11,10 @@
 //!   first (the `busy` answer);
 //! - release is a delete guarded by (fence, limit) of the owner's key, and
 //!   extend a touch guarded the same way: one request each;
-//! - a waiter lists the partition (its revision, and the first expiry) and
-//!   blocks in the store's `wait-then-put` on that revision, so a release or
-//!   an expiry ends the wait and its conditional put runs right then in the
-//!   store, where only as many succeed as places were freed.
+//! - a waiter blocks in the store's `wait-then-put` on the revision its full
+//!   attempt's reply carried, until the first expiry that reply named, so a
+//!   release or an expiry ends the wait and its conditional put runs right
+//!   then in the store, where only as many succeed as places were freed.
 //!
 //! Fences are strictly increasing because store revisions are: every later
 //! permit is a later write to the same partition.
@@ -34,9 +34,11 @@ use crate::store::{
 };
 use crate::validate::{self, Invalid};
 
-/// The largest `limit` an acquire may pass, on every store: every permit is an entry of one
-/// partition, which the NATS, PostgreSQL and SQLite stores read whole on each write.
-pub const MAX_LIMIT: u32 = 1000;
+/// The largest `limit` an acquire may pass. A store may hold fewer permits
+/// per semaphore (NATS: 1 000); it refuses a larger limit with `invalid`
+/// naming `limit` (wit/store.wit), which [`Semaphores::acquire`] answers as
+/// `invalid-argument`.
+pub const MAX_LIMIT: u32 = 100_000;
 
 /// The semaphore operations over a store and a source of randomness.
 pub struct Semaphores<S, E> {
@@ -77,6 +79,12 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
         let first = self
             .store
             .put(&partition, &owner, &value, Some(ttl_ms), &place);
+        if let Err(StoreError::Invalid(why)) = &first
+            && let Some(reason) = why.strip_prefix("limit: ")
+        {
+            // A limit above what this store holds: refused, nothing written.
+            return Err(Invalid::new("limit", reason).into());
+        }
         let mut reply = self.or_take_back(first, &partition, &owner, &value)?;
         loop {
             let current = match reply.outcome {
@@ -89,8 +97,15 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
                     let Some(wait_ms) = patience.next_wait(reply.now) else {
                         return Ok(AcquireOutcome::Busy(first));
                     };
-                    let next =
-                        self.wait_for_place(&partition, &owner, ttl_ms, limit, &patience, wait_ms)?;
+                    let next = self.wait_for_place(
+                        &partition,
+                        &owner,
+                        ttl_ms,
+                        limit,
+                        &first_to_expire,
+                        (reply.revision, reply.now),
+                        wait_ms,
+                    );
                     reply = self.or_take_back(next, &partition, &owner, &value)?;
                     continue;
                 }
@@ -119,46 +134,37 @@ impl<S: Store, E: Entropy> Semaphores<S, E> {
         }
     }
 
-    /// After a full attempt: read the partition's revision and its first
-    /// expiry, then send the next attempt with a wait on that revision (or
-    /// at once, when a place freed up since the attempt), woken by a
-    /// release, or at the first expiry, or after `wait_ms` less the time the
-    /// listing took (the caller's budget counts it).
+    /// After a full attempt: send the next attempt with a wait on the
+    /// revision the full attempt saw, so a release or an expiry ends the
+    /// wait and the put runs right then in the store, or the first expiry
+    /// the full attempt named comes, or `wait_ms` passes. No listing: the
+    /// attempt's reply carries what the wait needs, so waiting costs the
+    /// same beside 10 permits held as beside 10 000.
+    #[allow(clippy::too_many_arguments)] // one attempt's whole context, named
     fn wait_for_place(
         &self,
         partition: &str,
         owner: &str,
         ttl_ms: u64,
         limit: u32,
-        patience: &Patience,
+        first_to_expire: &Entry,
+        (revision, now): (u64, u64),
         wait_ms: u64,
-    ) -> Result<Result<WriteReply, StoreError>, Error> {
-        let listing = self.store.list(partition, "")?;
-        let wait_ms = patience.within_budget(wait_ms, listing.now);
-        let value = &limit_value(limit);
-        let place = Condition::AbsentAndFewerThan(limit);
-        if listing.entries.len() < limit as usize {
-            return Ok(self
-                .store
-                .put(partition, owner, value, Some(ttl_ms), &place));
-        }
-        let first_expiry = listing
-            .entries
-            .iter()
-            .filter_map(|e| e.expires_at)
-            .min()
-            // At least 1 ms: an entry listed at its expiry must not make
-            // the next attempt come with no wait, again and again.
-            .map_or(wait_ms, |end| end.saturating_sub(listing.now).max(1));
-        Ok(self.store.wait_then_put(
+    ) -> Result<WriteReply, StoreError> {
+        // At least 1 ms: a permit named at its expiry must not make the
+        // next attempt come with no wait, again and again.
+        let first_expiry = first_to_expire
+            .expires_at
+            .map_or(wait_ms, |end| end.saturating_sub(now).max(1));
+        self.store.wait_then_put(
             partition,
             owner,
-            value,
+            &limit_value(limit),
             Some(ttl_ms),
-            &place,
-            listing.revision,
+            &Condition::AbsentAndFewerThan(limit),
+            revision,
             wait_ms.min(first_expiry),
-        ))
+        )
     }
 
     /// Pass an attempt's reply on; when the store failed, whatever the

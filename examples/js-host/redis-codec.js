@@ -293,30 +293,32 @@ export function readGet(reply) {
 
 /**
  * A put's, delete's or touch's reply: one packed string when applied,
- * struct.pack('<Bdddd', with-value, now, revision, updated-at, expires-at)
- * then the value when with-value is 1 (when 0, the value is `sent`); an
- * array {now, 0, has-entry, entry...} when the condition failed.
+ * struct.pack('<Bddddd', with-value, now, the partition's revision, the
+ * entry's revision, updated-at, expires-at) then the value when with-value
+ * is 1 (when 0, the value is `sent`); an array {now, 0, the partition's
+ * revision, has-entry, entry...} when the condition failed.
  */
 export function readWrite(reply, key, sent) {
   if (reply instanceof Uint8Array) {
     const p = packedReader(reply, 'write reply');
     const withValue = p.byte();
-    const [now, revision, updatedAt, expiresAt] = [p.number(), p.number(), p.number(), p.optional()];
+    const [now, partitionRevision, revision, updatedAt, expiresAt] = [p.number(), p.number(), p.number(), p.number(), p.optional()];
     let value;
     if (withValue === 1) value = p.rest();
     else if (withValue === 0 && sent !== undefined && p.done()) value = new Uint8Array(sent);
     else throw malformed('a packed write reply without its value');
-    return { outcome: { tag: 'applied', val: { key, value, revision, updatedAt, expiresAt } }, now };
+    return { outcome: { tag: 'applied', val: { key, value, revision, updatedAt, expiresAt } }, now, revision: partitionRevision };
   }
   const r = arrayReader(reply);
   const now = r.u64();
   const applied = r.u64() === 1n;
+  const revision = r.u64();
   const entry = r.maybeEntry();
   if (applied) {
     if (entry === undefined) throw malformed('an applied write without its entry');
-    return { outcome: { tag: 'applied', val: entry }, now };
+    return { outcome: { tag: 'applied', val: entry }, now, revision };
   }
-  return { outcome: { tag: 'conflict', val: entry }, now };
+  return { outcome: { tag: 'conflict', val: entry }, now, revision };
 }
 
 // Byte order of two keys' UTF-8, as the Rust backend sorts a listing.

@@ -112,32 +112,32 @@ export function list(name, prefix) {
 export function put(name, key, value, ttlMs, condition) {
   const [p, now] = open(name);
   const current = p.entries.get(key);
-  if (!holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now };
+  if (!holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now, revision: p.revision };
   if (condition.tag === 'absent-and-fewer-than' && p.entries.size >= condition.val) {
-    return { outcome: { tag: 'conflict', val: copy(firstToExpire(p)) }, now };
+    return { outcome: { tag: 'conflict', val: copy(firstToExpire(p)) }, now, revision: p.revision };
   }
   const revision = record(p, 'put', key, value, now);
   const entry = { key, value, revision, updatedAt: now, expiresAt: ttlMs === undefined ? undefined : now + ttlMs };
   p.entries.set(key, entry);
-  return { outcome: { tag: 'applied', val: copy(entry) }, now };
+  return { outcome: { tag: 'applied', val: copy(entry) }, now, revision: p.revision };
 }
 
 function remove(name, key, condition) {
   const [p, now] = open(name);
   const current = p.entries.get(key);
-  if (current === undefined || !holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now };
+  if (current === undefined || !holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now, revision: p.revision };
   p.entries.delete(key);
   record(p, 'delete', key, new Uint8Array(), now);
-  return { outcome: { tag: 'applied', val: copy(current) }, now };
+  return { outcome: { tag: 'applied', val: copy(current) }, now, revision: p.revision };
 }
 export { remove as delete };
 
 export function touch(name, key, ttlMs, condition) {
   const [p, now] = open(name);
   const current = p.entries.get(key);
-  if (current === undefined || !holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now };
+  if (current === undefined || !holds(current, condition)) return { outcome: { tag: 'conflict', val: copy(current) }, now, revision: p.revision };
   current.expiresAt = now + ttlMs;
-  return { outcome: { tag: 'applied', val: copy(current) }, now };
+  return { outcome: { tag: 'applied', val: copy(current) }, now, revision: p.revision };
 }
 
 export function changes(name, after, max) {

@@ -216,9 +216,11 @@ end
 -- Lua builds afresh on every call. callgrind counted 5 100 instructions per
 -- call in finding the closures' upvalues, `luaF_findupval`, then 2 100.)
 --
--- A reply entry is key, value, revision, updated-at, expires-at or -1.
--- An applied write answers instead with one string, struct.pack('<Bdddd',
--- with_value, now, revision, updated-at, expires-at) .. value: Redis turns
+-- A write that did not apply answers {now, 0, rev, 0} or {now, 0, rev, 1,
+-- entry}, rev being the partition's revision; a reply entry is key, value,
+-- revision, updated-at, expires-at or -1.
+-- An applied write answers instead with one string, struct.pack('<Bddddd',
+-- with_value, now, rev, revision, updated-at, expires-at) .. value: Redis turns
 -- one string into RESP for much less than the eight elements of an array
 -- (callgrind: 7 % of a lock pair). The value is left out (with_value 0)
 -- where the caller sent it itself: a put's value, or a guard's value.
@@ -309,15 +311,15 @@ if single then
           end
         end
         if best == nil then
-          reply = {now, 0, 0}
+          reply = {now, 0, rev, 0}
         else
           local r, u, x = struct.unpack('<ddd', best_stored)
-          reply = {now, 0, 1, string.sub(best, 2), string.sub(best_stored, 25), r, u, x}
+          reply = {now, 0, rev, 1, string.sub(best, 2), string.sub(best_stored, 25), r, u, x}
         end
       elseif erev == nil then
-        reply = {now, 0, 0}
+        reply = {now, 0, rev, 0}
       else
-        reply = {now, 0, 1, key, value, erev, eupd, eexp}
+        reply = {now, 0, rev, 1, key, value, erev, eupd, eexp}
       end
     elseif op == 'delete' then
       redis.call('HDEL', E, field)
@@ -325,9 +327,9 @@ if single then
       rev, created, seq, rev_text = record(F, X, HISTORY, clock_us, rev, created, seq, 'd', key, '', now)
       dirty = true
       if ctype == 'revision-and-value' then
-        reply = struct.pack('<Bdddd', 0, now, erev, eupd, eexp)
+        reply = struct.pack('<Bddddd', 0, now, rev, erev, eupd, eexp)
       else
-        reply = struct.pack('<Bdddd', 1, now, erev, eupd, eexp) .. value
+        reply = struct.pack('<Bddddd', 1, now, rev, erev, eupd, eexp) .. value
       end
     else
       if op == 'put' then
@@ -353,9 +355,9 @@ if single then
       end
       dirty = true
       if op == 'put' or ctype == 'revision-and-value' then
-        reply = struct.pack('<Bdddd', 0, now, erev, eupd, eexp)
+        reply = struct.pack('<Bddddd', 0, now, rev, erev, eupd, eexp)
       else
-        reply = struct.pack('<Bdddd', 1, now, erev, eupd, eexp) .. value
+        reply = struct.pack('<Bddddd', 1, now, rev, erev, eupd, eexp) .. value
       end
     end
   end

@@ -165,21 +165,21 @@ elseif op <= DELETE then
     if erev == nil and ctype == FEWER and op == PUT and first_at then
       -- Full: the live entry that expires first.
       local r, u, x, kl, vl, at = struct.unpack('<dddI4I4', blob, first_at)
-      reply = {now, 0, 1, string.sub(blob, at, at + kl - 1),
+      reply = {now, 0, rev, 1, string.sub(blob, at, at + kl - 1),
         string.sub(blob, at + kl, at + kl + vl - 1), r, u, x}
     elseif erev == nil then
-      reply = {now, 0, 0}
+      reply = {now, 0, rev, 0}
     else
-      reply = {now, 0, 1, key, value, erev, eupd, eexp}
+      reply = {now, 0, rev, 1, key, value, erev, eupd, eexp}
     end
   elseif op == DELETE then
     rev = rev + 1
     if rev < clock_us then rev = clock_us end
     changed, write = true, true
     if sent then
-      reply = struct.pack('<Bdddd', 0, now, erev, eupd, eexp)
+      reply = struct.pack('<Bddddd', 0, now, rev, erev, eupd, eexp)
     else
-      reply = struct.pack('<Bdddd', 1, now, erev, eupd, eexp) .. value
+      reply = struct.pack('<Bddddd', 1, now, rev, erev, eupd, eexp) .. value
     end
     erev = nil
   else
@@ -193,9 +193,9 @@ elseif op <= DELETE then
     if number >= 0 then eexp = now + number end
     write = true
     if sent then
-      reply = struct.pack('<Bdddd', 0, now, erev, eupd, eexp)
+      reply = struct.pack('<Bddddd', 0, now, rev, erev, eupd, eexp)
     else
-      reply = struct.pack('<Bdddd', 1, now, erev, eupd, eexp) .. value
+      reply = struct.pack('<Bddddd', 1, now, rev, erev, eupd, eexp) .. value
     end
   end
 elseif listing then

@@ -91,6 +91,7 @@ test('write replies, listings, pages and meter replies read as the Rust codec re
     const got = reading(() => codec.readWrite(reply, v.key, bytes(v.sent_hex)));
     const want = v.reads_as.error ? v.reads_as : {
       now: BigInt(v.reads_as.now),
+      revision: BigInt(v.reads_as.revision),
       outcome: { tag: v.reads_as.applied ? 'applied' : 'conflict', val: entry(v.reads_as.entry) ?? undefined },
     };
     assert.deepEqual(got, want, v.packed_hex ?? JSON.stringify(v.array));

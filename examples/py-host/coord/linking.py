@@ -55,7 +55,7 @@ def lift_entry(e: Optional[Entry]) -> Optional[Record]:
 def lift_write(w: WriteReply) -> Record:
     """A write's reply: ``outcome`` is ``applied(entry)`` or ``conflict(option<entry>)``."""
     outcome = Variant("applied" if w.applied else "conflict", lift_entry(w.entry))
-    return record(outcome=outcome, now=w.now)
+    return record(outcome=outcome, now=w.now, revision=w.revision)
 
 
 def lift_change(c: Change) -> Record:

@@ -106,7 +106,7 @@ class SemaphoreAPI:
                        ttl_ms: Optional[int] = None, wait_ms: Optional[int] = None,
                        attempts: Optional[int] = None,
                        delay_ms: Optional[int] = None) -> Permit:
-        """One of ``limit`` (1 to 1000) places of semaphore (``id``,
+        """One of ``limit`` (1 to 100 000) places of semaphore (``id``,
         ``resource``) for ``ttl_ms`` (default 30 s); waiting as the lock's
         ``acquire``. Raises :class:`~coord.errors.Busy` with the permit that
         expires first when every place stays taken."""

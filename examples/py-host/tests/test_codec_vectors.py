@@ -105,7 +105,7 @@ def test_write_replies_read_as_the_rust_codec_reads_them(v):
         reply = [a if isinstance(a, int) else bytes.fromhex(a["hex"]) for a in v["array"]]
         got = reading(lambda: redis_codec.write_reply(reply, v["key"], sent))
     r = v["reads_as"]
-    assert got == (r if "error" in r else WriteReply(r["applied"], entry(r["entry"]), r["now"]))
+    assert got == (r if "error" in r else WriteReply(r["applied"], entry(r["entry"]), r["now"], r["revision"]))
 
 
 @pytest.mark.parametrize("v", VECTORS["listings"])

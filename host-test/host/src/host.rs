@@ -330,6 +330,7 @@ impl From<b::WriteReply> for wit::WriteReply {
         wit::WriteReply {
             outcome,
             now: r.now,
+            revision: r.revision,
         }
     }
 }

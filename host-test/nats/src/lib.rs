@@ -57,6 +57,7 @@ mod seen;
 mod snapshot;
 pub use snapshot::{FEED_BYTES, NO_ACK_IN_TIME};
 mod store;
+pub use store::MAX_PERMITS;
 
 /// The oldest nats-server coord runs on: per-message TTLs (`Nats-TTL`),
 /// which collect partitions nobody uses, came in 2.11.

@@ -8,10 +8,16 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 
 use coord_host::backend::partitioned::{Answer, Operation, PartitionStore};
-use coord_host::backend::{Millis, StoreError};
+use coord_host::backend::{Condition, Millis, StoreError};
 use coord_host::clock::Clock;
 
 use super::{NatsBackend, unavailable};
+
+/// The largest count an `absent-and-fewer-than` put may pass on NATS (a
+/// semaphore's limit): a partition is one message, written whole by every
+/// call, so each permit held adds to the cost of every call (about 70
+/// bytes). Above it the put is `invalid`, naming `limit` (wit/store.wit).
+pub const MAX_PERMITS: u32 = 1000;
 
 #[async_trait]
 impl PartitionStore for NatsBackend {
@@ -46,6 +52,16 @@ impl PartitionStore for NatsBackend {
         partition: &str,
         operation: Operation<'_>,
     ) -> Result<(Answer, Millis), StoreError> {
+        if let Operation::Put { condition, .. } = &operation
+            && let Condition::AbsentAndFewerThan(limit) = condition.as_ref()
+            && *limit > MAX_PERMITS
+        {
+            return Err(StoreError::Invalid(format!(
+                "limit: {limit} is over {MAX_PERMITS}, the most permits one semaphore holds on \
+                 NATS (every write republishes the partition whole, so a permit's cost grows \
+                 with the permits held)"
+            )));
+        }
         let skip_read = !operation.needs_latest();
         self.transact(partition, skip_read, |p, now| operation.apply(p, now))
             .await

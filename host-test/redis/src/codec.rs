@@ -210,13 +210,18 @@ pub(super) fn write_reply(
     let mut r = Reader::new(&reply);
     let now = r.u64()?;
     let applied = r.u64()? == 1;
+    let revision = r.u64()?;
     let entry = r.maybe_entry()?;
     let outcome = match (applied, entry) {
         (true, Some(entry)) => Outcome::Applied(entry),
         (true, None) => return Err(malformed("an applied write without its entry")),
         (false, entry) => Outcome::Conflict(entry),
     };
-    Ok(WriteReply { outcome, now })
+    Ok(WriteReply {
+        outcome,
+        now,
+        revision,
+    })
 }
 
 /// A TTL as the script takes it.
@@ -292,9 +297,10 @@ impl<'a> Packed<'a> {
 }
 
 /// The reply of an applied write, packed by the script as
-/// `struct.pack('<Bdddd', with_value, now, revision, updated-at, expires-at)`
-/// followed by the value when `with_value` is 1; when it is 0, the value is
-/// `sent`, the one this call sent itself.
+/// `struct.pack('<Bddddd', with_value, now, the partition's revision, the
+/// entry's revision, updated-at, expires-at)` followed by the value when
+/// `with_value` is 1; when it is 0, the value is `sent`, the one this call
+/// sent itself.
 pub(super) fn applied_write(
     packed: &[u8],
     key: &str,
@@ -302,8 +308,13 @@ pub(super) fn applied_write(
 ) -> Result<WriteReply, StoreError> {
     let mut p = Packed::new(packed);
     let with_value = p.byte()?;
-    let (now, revision, updated_at, expires_at) =
-        (p.number()?, p.number()?, p.number()?, p.optional()?);
+    let (now, partition_revision, revision, updated_at, expires_at) = (
+        p.number()?,
+        p.number()?,
+        p.number()?,
+        p.number()?,
+        p.optional()?,
+    );
     let value = match (with_value, sent, p.rest()) {
         (1, _, value) => value.to_vec(),
         (0, Some(sent), []) => sent.to_vec(),
@@ -311,6 +322,7 @@ pub(super) fn applied_write(
     };
     Ok(WriteReply {
         now,
+        revision: partition_revision,
         outcome: Outcome::Applied(Entry {
             key: key.to_string(),
             value,

@@ -6,7 +6,7 @@ use coord_host::backend::{ChangeKind, Entry, Outcome, StoreError, WriteReply};
 use super::codec::{applied_write, listing, meter_reply, page};
 
 /// What the script packs for an applied write.
-pub(super) fn packed(with_value: u8, numbers: [f64; 4], value: &[u8]) -> Vec<u8> {
+pub(super) fn packed(with_value: u8, numbers: [f64; 5], value: &[u8]) -> Vec<u8> {
     let mut out = vec![with_value];
     for n in numbers {
         out.extend_from_slice(&n.to_le_bytes());
@@ -24,9 +24,11 @@ fn entry(reply: WriteReply) -> Entry {
 
 #[test]
 fn a_packed_write_reply_takes_its_value_from_the_reply_or_from_the_call() {
-    let numbers = [1000.0, 1_000_000.0, 999.0, 5000.0];
+    // now, the partition's revision, the entry's, updated-at, expires-at (a
+    // touch: the partition has moved on since the entry was put).
+    let numbers = [1000.0, 1_000_007.0, 1_000_000.0, 999.0, 5000.0];
     let from_reply = applied_write(&packed(1, numbers, b"v"), "k", None).unwrap();
-    assert_eq!(from_reply.now, 1000);
+    assert_eq!((from_reply.now, from_reply.revision), (1000, 1_000_007));
     assert_eq!(
         entry(from_reply),
         Entry {
@@ -39,7 +41,7 @@ fn a_packed_write_reply_takes_its_value_from_the_reply_or_from_the_call() {
     );
     let from_call = applied_write(&packed(0, numbers, b""), "k", Some(b"sent")).unwrap();
     assert_eq!(entry(from_call).value, b"sent");
-    let no_ttl = [1000.0, 1_000_000.0, 999.0, -1.0];
+    let no_ttl = [1000.0, 1_000_000.0, 1_000_000.0, 999.0, -1.0];
     assert_eq!(
         entry(applied_write(&packed(1, no_ttl, b""), "k", None).unwrap()).expires_at,
         None
@@ -203,15 +205,16 @@ fn a_packed_meter_reply_is_read_and_malformed_ones_are_errors() {
 
 #[test]
 fn a_malformed_packed_write_reply_is_an_error_not_a_panic() {
-    let good = [1000.0, 1_000_000.0, 999.0, 5000.0];
+    let good = [1000.0, 1_000_000.0, 1_000_000.0, 999.0, 5000.0];
     let cases = [
-        packed(1, good, b"")[..20].to_vec(),       // cut short
-        packed(0, good, b""),                      // no value anywhere
-        packed(0, good, b"extra"),                 // a value it should not carry
-        packed(1, [1000.5, 1.0, 1.0, 1.0], b""),   // not a whole number
-        packed(1, [1000.0, -2.0, 1.0, 1.0], b""),  // negative
-        packed(1, [1000.0, 1.0, 1.0, -2.0], b""),  // an expiry below -1
-        packed(1, [f64::NAN, 1.0, 1.0, 1.0], b""), // not a number
+        packed(1, good, b"")[..20].to_vec(),            // cut short
+        packed(0, good, b""),                           // no value anywhere
+        packed(0, good, b"extra"),                      // a value it should not carry
+        packed(1, [1000.5, 1.0, 1.0, 1.0, 1.0], b""),   // not a whole number
+        packed(1, [1000.0, 1.0, -2.0, 1.0, 1.0], b""),  // negative
+        packed(1, [1000.0, -2.0, 1.0, 1.0, 1.0], b""),  // a negative partition revision
+        packed(1, [1000.0, 1.0, 1.0, 1.0, -2.0], b""),  // an expiry below -1
+        packed(1, [f64::NAN, 1.0, 1.0, 1.0, 1.0], b""), // not a number
     ];
     for case in cases {
         match applied_write(&case, "k", None) {

@@ -72,7 +72,12 @@ fn write_json(reply: &WriteReply) -> Json {
         Outcome::Applied(entry) => (true, Some(entry)),
         Outcome::Conflict(entry) => (false, entry.as_ref()),
     };
-    json!({ "now": reply.now, "applied": applied, "entry": entry.map(entry_json) })
+    json!({
+        "now": reply.now,
+        "revision": reply.revision,
+        "applied": applied,
+        "entry": entry.map(entry_json),
+    })
 }
 
 fn list_json(reply: &ListReply) -> Json {
@@ -305,20 +310,32 @@ fn write_replies() -> Vec<Json> {
             "reads_as": read_json(applied_write(&bytes, key, sent), write_json),
         }));
     };
-    packed_case(packed(1, [1000.0, 1e6, 999.0, 5000.0], b"v"), "k", None);
-    packed_case(packed(0, [1000.0, 1e6, 999.0, -1.0], b""), "k", Some(&[7]));
-    packed_case(packed(0, [1.0, 1.0, 1.0, 1.0], b""), "k", None);
-    packed_case(packed(1, [1.5, 1.0, 1.0, 1.0], b"v"), "k", None);
+    // now, the partition's revision, the entry's, updated-at, expires-at.
     packed_case(
-        packed(1, [1000.0, 1e6, 1.0, 1.0], b"")[..20].to_vec(),
+        packed(1, [1000.0, 1e6, 1e6, 999.0, 5000.0], b"v"),
         "k",
         None,
     );
-    // A conflict: an array of numbers and strings (bytes as hex).
+    packed_case(
+        packed(0, [1000.0, 1e6 + 3.0, 1e6, 999.0, -1.0], b""),
+        "k",
+        Some(&[7]),
+    );
+    packed_case(packed(0, [1.0, 1.0, 1.0, 1.0, 1.0], b""), "k", None);
+    packed_case(packed(1, [1.5, 1.0, 1.0, 1.0, 1.0], b"v"), "k", None);
+    packed_case(packed(1, [1.0, -2.0, 1.0, 1.0, 1.0], b"v"), "k", None);
+    packed_case(
+        packed(1, [1000.0, 1e6, 1e6, 1.0, 1.0], b"")[..20].to_vec(),
+        "k",
+        None,
+    );
+    // A conflict: an array of numbers and strings (bytes as hex): now, 0
+    // (not applied), the partition's revision, then 1 and the entry or 0.
     let conflicts: [Vec<Value>; 2] = [
         vec![
             Value::Int(1000),
             Value::Int(0),
+            Value::Int(9),
             Value::Int(1),
             Value::BulkString(b"k".to_vec()),
             Value::BulkString(b"x".to_vec()),
@@ -326,7 +343,12 @@ fn write_replies() -> Vec<Json> {
             Value::Int(4),
             Value::Int(-1),
         ],
-        vec![Value::Int(1000), Value::Int(0), Value::Int(0)],
+        vec![
+            Value::Int(1000),
+            Value::Int(0),
+            Value::Int(7),
+            Value::Int(0),
+        ],
     ];
     for reply in conflicts {
         let shown: Vec<Json> = reply

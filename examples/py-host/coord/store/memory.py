@@ -154,14 +154,14 @@ class MemoryStore:
         p, now = self._open(partition)
         current = p.entries.get(key)
         if not condition.holds(current):
-            return WriteReply(False, replace(current) if current else None, now)
+            return WriteReply(False, replace(current) if current else None, now, p.revision)
         if condition.kind == "absent-and-fewer-than" and len(p.entries) >= condition.limit:
             first = self._first_to_expire(p)
-            return WriteReply(False, replace(first) if first else None, now)
+            return WriteReply(False, replace(first) if first else None, now, p.revision)
         revision = self._record(p, "put", key, value, now)
         entry = Entry(key, value, revision, now, None if ttl_ms is None else now + ttl_ms)
         p.entries[key] = entry
-        return WriteReply(True, replace(entry), now)
+        return WriteReply(True, replace(entry), now, p.revision)
 
     def delete(self, partition: str, key: str, condition: Condition) -> WriteReply:
         """Remove ``key`` if it is live and ``condition`` holds."""
@@ -170,10 +170,10 @@ class MemoryStore:
             p, now = self._open(partition)
             current = p.entries.get(key)
             if current is None or not condition.holds(current):
-                return WriteReply(False, replace(current) if current else None, now)
+                return WriteReply(False, replace(current) if current else None, now, p.revision)
             del p.entries[key]
             self._record(p, "delete", key, b"", now)
-            return WriteReply(True, current, now)
+            return WriteReply(True, current, now, p.revision)
 
     def touch(self, partition: str, key: str, ttl_ms: int, condition: Condition) -> WriteReply:
         """Renew a live entry's TTL if ``condition`` holds; no revision, no change."""
@@ -183,9 +183,9 @@ class MemoryStore:
             p, now = self._open(partition)
             current = p.entries.get(key)
             if current is None or not condition.holds(current):
-                return WriteReply(False, replace(current) if current else None, now)
+                return WriteReply(False, replace(current) if current else None, now, p.revision)
             current.expires_at = now + ttl_ms
-            return WriteReply(True, replace(current), now)
+            return WriteReply(True, replace(current), now, p.revision)
 
     def changes(self, partition: str, after: int, max: int) -> ChangesReply:
         """At most ``max`` changes after ``after``; ``history-gone`` on a gap."""

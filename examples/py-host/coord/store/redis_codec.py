@@ -179,11 +179,13 @@ class Packed:
 
 
 def applied_write(packed: bytes, key: str, sent: Optional[bytes]) -> WriteReply:
-    """An applied write: ``struct.pack('<Bdddd', with_value, now, revision,
-    updated-at, expires-at)``, then the value when ``with_value`` is 1."""
+    """An applied write: ``struct.pack('<Bddddd', with_value, now, the partition's
+    revision, the entry's revision, updated-at, expires-at)``, then the value when
+    ``with_value`` is 1."""
     p = Packed(packed)
     with_value = p.byte()
-    now, revision, updated_at, expires_at = p.number(), p.number(), p.number(), p.optional()
+    now, partition_revision = p.number(), p.number()
+    revision, updated_at, expires_at = p.number(), p.number(), p.optional()
     rest = p.rest()
     if with_value == 1:
         value = rest
@@ -191,7 +193,8 @@ def applied_write(packed: bytes, key: str, sent: Optional[bytes]) -> WriteReply:
         value = sent
     else:
         raise malformed("a packed write reply without its value")
-    return WriteReply(True, Entry(key, value, revision, updated_at, expires_at), now)
+    return WriteReply(True, Entry(key, value, revision, updated_at, expires_at), now,
+                      partition_revision)
 
 
 def listing(packed: bytes) -> ListReply:
@@ -303,18 +306,20 @@ class Reader:
 
 
 def write_reply(reply: Any, key: str, sent: Optional[bytes]) -> WriteReply:
-    """A write's reply: one packed string when applied, ``{now, 0, entry?}`` otherwise."""
+    """A write's reply: one packed string when applied, ``{now, 0, revision, entry?}``
+    otherwise."""
     if isinstance(reply, bytes):
         return applied_write(reply, key, sent)
     r = Reader(reply)
     now = r.u64()
     applied = r.u64() == 1
+    revision = r.u64()
     entry = r.maybe_entry()
     if applied:
         if entry is None:
             raise malformed("an applied write without its entry")
-        return WriteReply(True, entry, now)
-    return WriteReply(False, entry, now)
+        return WriteReply(True, entry, now, revision)
+    return WriteReply(False, entry, now, revision)
 
 
 def _utf8(raw: bytes) -> str:

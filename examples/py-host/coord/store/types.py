@@ -106,11 +106,13 @@ class ReadReply:
 
 @dataclass
 class WriteReply:
-    """A write's reply: ``applied`` with the entry, or a conflict with the current one."""
+    """A write's reply: ``applied`` with the entry, or a conflict with the current one;
+    the store's now and the partition's revision once the write was decided."""
 
     applied: bool
     entry: Optional[Entry]
     now: int
+    revision: int
 
 
 @dataclass

@@ -84,8 +84,9 @@ pub enum Answer {
     Entry(Option<Entry>),
     /// [`Operation::List`]'s entries and the revision.
     Entries(Vec<Entry>, u64),
-    /// [`Operation::Put`]'s, [`Operation::Delete`]'s or [`Operation::Touch`]'s outcome.
-    Written(Outcome),
+    /// [`Operation::Put`]'s, [`Operation::Delete`]'s or [`Operation::Touch`]'s
+    /// outcome, and the partition's revision once it was decided.
+    Written(Outcome, u64),
     /// [`Operation::Changes`]'s changes (or the history gone) and the revision.
     Changes(Result<Vec<Change>, StoreError>, u64),
     /// [`Operation::Meter`]'s decision.
@@ -108,15 +109,22 @@ impl Operation<'_> {
                 value,
                 ttl_ms,
                 condition,
-            } => Answer::Written(partition.put(key, value, *ttl_ms, condition, now)),
+            } => {
+                let outcome = partition.put(key, value, *ttl_ms, condition, now);
+                Answer::Written(outcome, partition.revision())
+            }
             Operation::Delete { key, condition } => {
-                Answer::Written(partition.delete(key, condition, now))
+                let outcome = partition.delete(key, condition, now);
+                Answer::Written(outcome, partition.revision())
             }
             Operation::Touch {
                 key,
                 ttl_ms,
                 condition,
-            } => Answer::Written(partition.touch(key, *ttl_ms, condition, now)),
+            } => {
+                let outcome = partition.touch(key, *ttl_ms, condition, now);
+                Answer::Written(outcome, partition.revision())
+            }
             Operation::Changes { after, max } => {
                 Answer::Changes(partition.changes(*after, *max, now), partition.revision())
             }
@@ -247,7 +255,11 @@ async fn write<S: PartitionStore + ?Sized>(
     name: &str,
 ) -> Result<WriteReply, StoreError> {
     match store.step(partition, operation).await? {
-        (Answer::Written(outcome), now) => Ok(WriteReply { outcome, now }),
+        (Answer::Written(outcome, revision), now) => Ok(WriteReply {
+            outcome,
+            now,
+            revision,
+        }),
         (other, _) => Err(wrong_answer(store.kind(), name, &other)),
     }
 }
@@ -431,13 +443,16 @@ mod tests {
         };
         let owned = borrowed.clone().into_owned();
         let (mut a, mut b) = (Partition::new(16), Partition::new(16));
-        let (Answer::Written(first), Answer::Written(second)) =
+        let (Answer::Written(first, at), Answer::Written(second, also_at)) =
             (borrowed.apply(&mut a, 5), owned.apply(&mut b, 5))
         else {
             panic!("a put answers a write");
         };
-        assert_eq!(first, second);
-        assert!(matches!(first, Outcome::Applied(_)));
+        assert_eq!((&first, at), (&second, also_at));
+        let Outcome::Applied(written) = first else {
+            panic!("a put of an absent key applies");
+        };
+        assert_eq!(written.revision, at, "the reply's revision is the put's");
     }
 
     /// Reads and creates need the latest state; other writes and meters

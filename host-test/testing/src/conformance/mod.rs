@@ -47,6 +47,7 @@ macro_rules! conformance_suite {
             writes::expired_entries_are_invisible_and_free_their_key,
             writes::expiry_appears_in_the_feed_even_when_nobody_was_reading,
             writes::renewed_and_shortened_ttls_expire_at_their_new_times_in_order,
+            writes::every_write_reply_carries_the_partitions_revision,
             reads::list_filters_by_prefix_in_key_order_with_the_revision,
             reads::changes_continue_a_listing_with_no_gap_and_no_repeat,
             reads::changes_report_history_gone_once_trimmed,

@@ -270,3 +270,62 @@ pub async fn renewed_and_shortened_ttls_expire_at_their_new_times_in_order(h: Ha
         "expiries follow the TTLs as last set, each with its own time"
     );
 }
+
+/// Every write's reply carries the partition's revision once it was
+/// decided, applied or not, the one a listing right after reports: a put's
+/// and a delete's own, a touch's (which makes none) the partition's, and a
+/// conflict's the partition's after the expiries it recorded. On a watched
+/// partition, an unwatched one and a semaphore's (three layouts on Redis).
+pub async fn every_write_reply_carries_the_partitions_revision(h: Harness) {
+    let semaphore = coord_component::keys::semaphore_partition("t", "r");
+    for p in ["p", "~p", semaphore.as_str()] {
+        let listed = || async { h.backend.list(p, "").await.unwrap().revision };
+        let check = |reply: &WriteReply, listed: u64, what: &str| {
+            assert_eq!(reply.revision, listed, "{p}: {what}");
+        };
+        let a = put(&h, p, "a", "1", None, Condition::Always).await;
+        check(&a, listed().await, "an applied put");
+        let a = applied(a);
+        assert_eq!(
+            a.revision,
+            listed().await,
+            "{p}: a put's revision is its own"
+        );
+        let b = applied(put(&h, p, "b", "1", Some(10), Condition::Always).await);
+        let touched = h
+            .backend
+            .touch(p, "a", 1000, &Condition::Revision(a.revision))
+            .await
+            .unwrap();
+        check(&touched, listed().await, "an applied touch");
+        assert_eq!(
+            touched.revision, b.revision,
+            "{p}: a touch makes no revision"
+        );
+        let lost = put(&h, p, "a", "2", None, Condition::Absent).await;
+        check(&lost, listed().await, "a conflict");
+        let full = put(&h, p, "c", "1", None, Condition::AbsentAndFewerThan(2)).await;
+        check(&full, listed().await, "a full partition's conflict");
+        h.advance(10); // b expires: the next write records it first
+        let after_expiry = put(&h, p, "a", "3", None, Condition::Absent).await;
+        assert!(
+            after_expiry.revision > b.revision,
+            "{p}: the expiry is counted"
+        );
+        check(&after_expiry, listed().await, "a conflict after an expiry");
+        let deleted = h.backend.delete(p, "a", &Condition::Always).await.unwrap();
+        assert!(
+            deleted.revision > after_expiry.revision,
+            "{p}: a delete's own"
+        );
+        check(&deleted, listed().await, "an applied delete");
+        let gone = h.backend.delete(p, "a", &Condition::Always).await.unwrap();
+        check(&gone, listed().await, "a delete of an absent key");
+        let waited = h
+            .backend
+            .wait_then_put(p, "a", b"4", None, &Condition::Absent, gone.revision, 0)
+            .await
+            .unwrap();
+        check(&waited, listed().await, "a wait-then-put's put");
+    }
+}

@@ -27,6 +27,8 @@ per_backend!(
     force_release_frees_one_permit_and_inspect_never_shows_a_token,
     busy_names_the_permit_that_expires_first_among_many_after_extends_and_releases,
     invalid_input_gets_an_error_naming_the_field,
+    a_waiter_costs_one_store_call_per_wake_up_and_never_lists_the_permits,
+    a_limit_above_what_the_store_holds_is_invalid_and_writes_nothing,
 );
 
 /// The semaphore every test here uses.
@@ -411,7 +413,7 @@ async fn invalid_input_gets_an_error_naming_the_field(h: Harness) {
     let ok = AcquireOptions::new().ttl_ms(1000).no_wait();
     for (limit, options, expected) in [
         (0, ok, "limit"),
-        (1001, ok, "limit"),
+        (100_001, ok, "limit"),
         (u32::MAX, ok, "limit"),
         (1, AcquireOptions::new().ttl_ms(0), "options.ttl-ms"),
         (
@@ -469,4 +471,65 @@ async fn invalid_input_gets_an_error_naming_the_field(h: Harness) {
         field(i.semaphore().extend(&good, Some(0)).await.unwrap()),
         "ttl-ms"
     );
+}
+
+/// A waiter's first attempt finds the semaphore full; its next goes to the
+/// store at once as a wait on the revision the full attempt's reply
+/// carried, and the release lands it: two store calls in all, and no
+/// listing of the permits held (which would make waiting cost more beside
+/// more permits).
+async fn a_waiter_costs_one_store_call_per_wake_up_and_never_lists_the_permits(h: Harness) {
+    let rt = h.runtime();
+    let mut holder = instance(&rt).await;
+    let hold = AcquireOptions::new().ttl_ms(600_000).no_wait();
+    let held = acquired(acquire(&mut holder, "tenant:7", 1, hold).await);
+    let waiter = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            let mut i = rt.instantiate().await.unwrap();
+            // The clock never moves: only the release can let it in.
+            let wait = AcquireOptions::new().ttl_ms(600_000).wait_up_to(600_000);
+            let permit = acquired(acquire(&mut i, "tenant:7", 1, wait).await);
+            (permit, i.store_calls())
+        })
+    };
+    h.until_waiting(&semaphore_partition(ID, "tenant:7"), 1)
+        .await;
+    assert!(holder.semaphore().release(&held).await.unwrap().unwrap());
+    let (permit, calls) = waiter.await.unwrap();
+    assert!(permit.fence > held.fence);
+    assert_eq!(calls, 2, "the full attempt, then the wait that lands");
+}
+
+/// A limit the store cannot hold is `invalid-argument` naming `limit`, and
+/// nothing is written: on NATS, above 1 000 (a partition is one message,
+/// rewritten whole by every call); every other store takes the
+/// component's 100 000.
+async fn a_limit_above_what_the_store_holds_is_invalid_and_writes_nothing(h: Harness) {
+    let rt = h.runtime();
+    let mut i = instance(&rt).await;
+    let ok = AcquireOptions::new().ttl_ms(60_000).no_wait();
+    let (most, refused) = if h.backend.kind() == "nats" {
+        (coord_nats::MAX_PERMITS, Some(coord_nats::MAX_PERMITS + 1))
+    } else {
+        (coord_component::semaphore::MAX_LIMIT, None)
+    };
+    if let Some(limit) = refused {
+        let result = i
+            .semaphore()
+            .acquire(ID, "tenant:8", limit, ok)
+            .await
+            .unwrap();
+        match result {
+            Err(Error::InvalidArgument(InvalidArgument { field, reason })) => {
+                assert_eq!(field, "limit");
+                assert!(reason.contains(&most.to_string()), "{reason}");
+            }
+            other => panic!("expected invalid-argument on limit, got {other:?}"),
+        }
+        assert_eq!(live_permits(h.backend.as_ref(), "tenant:8").await, 0);
+    }
+    let permit = acquired(acquire(&mut i, "tenant:8", most, ok).await);
+    assert_eq!(permit.limit, most);
+    assert_eq!(live_permits(h.backend.as_ref(), "tenant:8").await, 1);
 }
