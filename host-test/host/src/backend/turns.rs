@@ -6,18 +6,23 @@
 //! wakes them all: one of them takes the lock and every other makes a call
 //! that fails (a thundering herd, issue 52). Turns keeps one line per
 //! partition and key for the `wait-then-put`s whose condition is `absent`
-//! (a lock's acquire, a read-write lock's writer claim). Waking only the
-//! head loses no chance of a grant: all of them put under the same
-//! condition on the same key, so when the head's put fails every other's
-//! would have failed too, and when it applies the key is taken. So:
+//! (a lock's acquire, a read-write lock's writer claim), and one per
+//! partition and limit for those under `absent-and-fewer-than` (a
+//! semaphore's acquire: each waiter puts its own key, but all count the
+//! same places). Waking only the head loses no chance of a grant: all of
+//! a line put under the same condition, so when the head's put fails every
+//! other's would have failed too, and when it applies the key (or one
+//! place) is taken. So:
 //!
 //! - only the head's call goes to the store; a release wakes it alone, and
 //!   a handoff costs the release and the head's call, however many wait;
 //! - the head that leaves (granted, busy, failed, or its request cut)
 //!   hands its turn to the next, which first raises the revision it waits
-//!   after to the last one this line saw the key present at (the grant just
-//!   made), so it waits for that holder's release instead of trying at once
-//!   and failing;
+//!   after to the last one at which a reply of the line showed its
+//!   condition failing (a lock's: the key present, the grant just made
+//!   included, so it waits for that holder's release instead of trying at
+//!   once and failing; a semaphore's: the places full, so after a grant it
+//!   tries at once, as another place may be free, and waits if not);
 //! - a waiter whose own timeout passes before its turn makes its put then,
 //!   as `wait-then-put` promises, and returns its reply;
 //! - a call that ends in a conflict keeps its place for a short grace
@@ -34,8 +39,7 @@
 //!
 //! It is a property of one process: waiters in different processes each
 //! have their own line, so a release wakes one waiter per process. Calls
-//! under other conditions (a semaphore's `absent-and-fewer-than`, which
-//! several can pass at once) go straight to the store.
+//! under other conditions go straight to the store.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -66,11 +70,23 @@ pub struct Turns {
 /// `delay-ms` of 200.
 pub const DEFAULT_GRACE: Duration = Duration::from_millis(100);
 
+/// What the calls of one line wait for, in one partition.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Goal {
+    /// This key absent (`absent`): a lock's holder key.
+    Absent(String),
+    /// A place under this limit (`absent-and-fewer-than`): a semaphore's.
+    Place(u32),
+}
+
+/// A line: the partition and what its calls wait for.
+type LineId = (String, Goal);
+
 /// Every line, and when places past their grace were last dropped from
 /// all of them.
 #[derive(Default)]
 struct Lines {
-    by_key: HashMap<(String, String), Line>,
+    by_key: HashMap<LineId, Line>,
     swept_at: Option<Instant>,
 }
 
@@ -78,15 +94,16 @@ struct Lines {
 struct Waiter {
     ticket: u64,
     notify: Arc<Notify>,
-    /// The call's value (a lock's owner token): the same acquisition
-    /// calling again takes this place back.
-    value: Vec<u8>,
+    /// Who called: a lock's owner token (its value), a semaphore
+    /// waiter's (its key). The same acquisition calling again takes this
+    /// place back.
+    caller: Vec<u8>,
     /// Set while the call that held this place has ended in a conflict:
     /// until when the place waits for it to call again.
     away_until: Option<Instant>,
 }
 
-/// The waiters for one key of one partition.
+/// The waiters for one goal of one partition.
 #[derive(Default)]
 struct Line {
     /// Places in the order their calls first came; the front one is the
@@ -94,9 +111,10 @@ struct Line {
     waiting: VecDeque<Waiter>,
     /// The next ticket to give.
     next_ticket: u64,
-    /// The latest revision at which a reply of this line's showed the key
-    /// present: a put under `absent` cannot apply before a change after it.
-    present_at: u64,
+    /// The latest revision at which a reply of this line's showed its
+    /// condition failing (the key present; the places full): no put of the
+    /// line can apply before a change after it.
+    blocked_at: u64,
 }
 
 impl Turns {
@@ -125,15 +143,22 @@ impl Turns {
     /// head included (not the places kept for calls that ended): for tests
     /// and metrics.
     pub fn in_line(&self, partition: &str, key: &str) -> usize {
-        self.lines()
-            .by_key
-            .get(&(partition.to_string(), key.to_string()))
-            .map_or(0, |line| {
-                line.waiting
-                    .iter()
-                    .filter(|w| w.away_until.is_none())
-                    .count()
-            })
+        self.waiting(&(partition.to_string(), Goal::Absent(key.to_string())))
+    }
+
+    /// How many calls wait in the line for a place under `limit` in
+    /// `partition` (a semaphore's) now, as [`in_line`](Self::in_line) counts.
+    pub fn in_line_for_a_place(&self, partition: &str, limit: u32) -> usize {
+        self.waiting(&(partition.to_string(), Goal::Place(limit)))
+    }
+
+    fn waiting(&self, line: &LineId) -> usize {
+        self.lines().by_key.get(line).map_or(0, |line| {
+            line.waiting
+                .iter()
+                .filter(|w| w.away_until.is_none())
+                .count()
+        })
     }
 
     fn lines(&self) -> MutexGuard<'_, Lines> {
@@ -157,9 +182,9 @@ impl Turns {
         clock.map(|(seen, at)| seen.saturating_add(millis(at.elapsed())))
     }
 
-    /// Join the line for `line` (or take back the place a call with the
-    /// same `value` kept, within its grace): this call's place in it.
-    fn join(&self, line: &(String, String), value: &[u8]) -> (Place<'_>, Arc<Notify>) {
+    /// Join the line for `line` (or take back the place the same `caller`
+    /// kept, within its grace): this call's place in it.
+    fn join(&self, line: &LineId, caller: &[u8]) -> (Place<'_>, Arc<Notify>) {
         let notify = Arc::new(Notify::new());
         let mut lines = self.lines();
         self.sweep(&mut lines);
@@ -168,7 +193,7 @@ impl Turns {
         let kept = waiting
             .waiting
             .iter_mut()
-            .find(|w| w.away_until.is_some() && w.value == value);
+            .find(|w| w.away_until.is_some() && w.caller == caller);
         let ticket = match kept {
             Some(place) => {
                 place.away_until = None;
@@ -181,7 +206,7 @@ impl Turns {
                 waiting.waiting.push_back(Waiter {
                     ticket,
                     notify: notify.clone(),
-                    value: value.to_vec(),
+                    caller: caller.to_vec(),
                     away_until: None,
                 });
                 ticket
@@ -217,7 +242,7 @@ impl Turns {
     /// Whether `ticket` is the head of `line` now (a place kept past its
     /// grace at the front dropped first), and, when it is not, until when
     /// a place kept at the front may hold the line.
-    fn is_head(&self, line: &(String, String), ticket: u64) -> (bool, Option<Instant>) {
+    fn is_head(&self, line: &LineId, ticket: u64) -> (bool, Option<Instant>) {
         let mut lines = self.lines();
         let Some(l) = lines.by_key.get_mut(line) else {
             return (false, None);
@@ -231,18 +256,18 @@ impl Turns {
     }
 
     /// The revision the head should wait after: its own, or later when the
-    /// line saw the key present later.
-    fn after(&self, line: &(String, String), after: u64) -> u64 {
+    /// line saw its condition fail later.
+    fn after(&self, line: &LineId, after: u64) -> u64 {
         self.lines()
             .by_key
             .get(line)
-            .map_or(after, |l| after.max(l.present_at))
+            .map_or(after, |l| after.max(l.blocked_at))
     }
 
-    /// Note a reply that showed the key present at `revision`.
-    fn seen_present(&self, line: &(String, String), revision: u64) {
+    /// Note a reply that showed the line's condition failing at `revision`.
+    fn seen_blocked(&self, line: &LineId, revision: u64) {
         if let Some(l) = self.lines().by_key.get_mut(line) {
-            l.present_at = l.present_at.max(revision);
+            l.blocked_at = l.blocked_at.max(revision);
         }
     }
 
@@ -250,7 +275,7 @@ impl Turns {
     /// this was the head, or a kept place is now at the head, wake the first
     /// call waiting (to take its turn, or to learn how long the kept place
     /// may hold it: the call that knew may be this one).
-    fn leave(&self, line: &(String, String), ticket: u64, keep: bool) {
+    fn leave(&self, line: &LineId, ticket: u64, keep: bool) {
         let grace = self.grace();
         let mut lines = self.lines();
         self.sweep(&mut lines);
@@ -299,7 +324,7 @@ impl Line {
 /// request included) passes the turn on.
 struct Place<'a> {
     turns: &'a Turns,
-    line: (String, String),
+    line: LineId,
     ticket: u64,
     /// Whether the call ended in a conflict: its place is kept for the
     /// grace, for the same acquisition's next call.
@@ -399,16 +424,22 @@ impl Backend for Turns {
         after: u64,
         timeout_ms: u64,
     ) -> Result<WriteReply, StoreError> {
-        if !matches!(condition, Condition::Absent) || timeout_ms == 0 {
-            return self
-                .inner
-                .wait_then_put(partition, key, value, ttl_ms, condition, after, timeout_ms)
-                .await;
-        }
+        let (goal, caller) = match condition {
+            Condition::Absent if timeout_ms > 0 => (Goal::Absent(key.to_string()), value),
+            Condition::AbsentAndFewerThan(limit) if timeout_ms > 0 => {
+                (Goal::Place(*limit), key.as_bytes())
+            }
+            _ => {
+                return self
+                    .inner
+                    .wait_then_put(partition, key, value, ttl_ms, condition, after, timeout_ms)
+                    .await;
+            }
+        };
         let started = Instant::now();
         let started_store = self.store_now();
-        let line = (partition.to_string(), key.to_string());
-        let (mut place, notify) = self.join(&line, value);
+        let line = (partition.to_string(), goal);
+        let (mut place, notify) = self.join(&line, caller);
         // The timeout is on the store's clock. While the call waits its
         // turn here the host's clock stands in for it, and at its turn the
         // time spent is the more of the two clocks' (a store's clock may
@@ -447,10 +478,17 @@ impl Backend for Turns {
         if let Ok(reply) = &reply {
             self.saw(reply.now);
             place.keep = matches!(reply.outcome, Outcome::Conflict(_));
-            if let Outcome::Applied(entry) | Outcome::Conflict(Some(entry)) = &reply.outcome
-                && entry.key == key
-            {
-                self.seen_present(&line, entry.revision);
+            let blocked = match (&line.1, &reply.outcome) {
+                // The key present: granted to this call, or held.
+                (Goal::Absent(_), Outcome::Applied(_)) => true,
+                (Goal::Absent(_), Outcome::Conflict(Some(entry))) => entry.key == key,
+                // Full (a conflict naming another permit); a grant may
+                // leave a place free for the next.
+                (Goal::Place(_), Outcome::Conflict(Some(entry))) => entry.key != key,
+                _ => false,
+            };
+            if blocked {
+                self.seen_blocked(&line, reply.revision);
             }
         }
         drop(place);

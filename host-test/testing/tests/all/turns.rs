@@ -1,7 +1,8 @@
-//! Lock waiters of one process take turns (`coord_host::backend::turns`):
-//! a release wakes the first of them alone, they are granted in the order
-//! they came, and a waiter that leaves (cut, or out of time) never holds
-//! up the ones behind it. On every backend, through the real component.
+//! Lock and semaphore waiters of one process take turns
+//! (`coord_host::backend::turns`): a release wakes the first of them alone,
+//! they are granted in the order they came, and a waiter that leaves (cut,
+//! or out of time) never holds up the ones behind it. On every backend,
+//! through the real component.
 
 use crate::common;
 
@@ -24,6 +25,7 @@ per_backend!(
     a_head_that_does_not_call_again_holds_the_line_no_longer_than_its_grace,
     a_waiter_behind_a_kept_place_is_woken_when_the_one_ahead_of_it_leaves,
     a_waiter_that_comes_while_the_head_is_away_is_held_no_longer_than_the_grace,
+    semaphore_waiters_of_one_process_are_granted_in_the_order_they_came,
 );
 
 const ID: &str = "turns";
@@ -392,4 +394,71 @@ async fn a_waiter_behind_a_kept_place_is_woken_when_the_one_ahead_of_it_leaves(h
     h.until_waiting(&lock_partition(ID, "f"), 1).await;
     assert!(holder.lock().release(&held).await.unwrap().unwrap());
     assert!(second.await.unwrap() > held.fence);
+}
+
+/// Six waiters for a semaphore of 2, both places held, start one after
+/// another; the holder releases both; each waiter, once granted, releases
+/// at once. They are granted in the order they came (without turns for
+/// semaphores the order churned: this fails), and below the line each
+/// reaches the store with at most two `wait-then-put`s: a probe when its
+/// turn comes (a place may be free), and the wait a release ends.
+async fn semaphore_waiters_of_one_process_are_granted_in_the_order_they_came(h: Harness) {
+    use coord_component::keys::semaphore_partition;
+    use coord_host::semaphore as sem;
+    const LIMIT: u32 = 2;
+    let recording = Arc::new(RecordingBackend::new(h.backend.clone()));
+    let rt = Arc::new(Runtime::new(recording.clone()).unwrap());
+    let partition = semaphore_partition(ID, "s");
+    let mut holder = rt.instantiate().await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..LIMIT {
+        let options = sem::AcquireOptions::new().ttl_ms(600_000).no_wait();
+        match holder.semaphore().acquire(ID, "s", LIMIT, options).await {
+            Ok(Ok(sem::AcquireOutcome::Acquired(permit))) => held.push(permit),
+            other => panic!("a free place: {other:?}"),
+        }
+    }
+    let grants = Grants::default();
+    let mut tasks = Vec::new();
+    for k in 0..WAITERS {
+        let (runtime, grants) = (rt.clone(), grants.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = runtime.instantiate().await.unwrap();
+            let options = sem::AcquireOptions::new()
+                .ttl_ms(600_000)
+                .wait_up_to(600_000);
+            let permit = match i.semaphore().acquire(ID, "s", LIMIT, options).await {
+                Ok(Ok(sem::AcquireOutcome::Acquired(permit))) => permit,
+                other => panic!("expected acquired, got {other:?}"),
+            };
+            grants.lock().unwrap().push((k, permit.fence));
+            assert!(i.semaphore().release(&permit).await.unwrap().unwrap());
+            i.store_calls()
+        }));
+        while rt.turns().in_line_for_a_place(&partition, LIMIT) != k + 1 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let before = recording.calls().len();
+    for permit in &held {
+        assert!(holder.semaphore().release(permit).await.unwrap().unwrap());
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Two places: two grants may be told in either order, so their order
+    // is their fences'.
+    let mut grants = grants.lock().unwrap().clone();
+    grants.sort_by_key(|&(_, fence)| fence);
+    let came: Vec<usize> = grants.iter().map(|&(k, _)| k).collect();
+    assert_eq!(came, (0..WAITERS).collect::<Vec<_>>(), "granted in order");
+    let waits = recording.calls()[before..]
+        .iter()
+        .filter(|c| c.operation == "wait-then-put")
+        .count();
+    // (The head's wait was sent before the releases, and is not counted.)
+    assert!(
+        waits <= WAITERS * 2,
+        "{waits} wait-then-puts reached the store after the releases, for {WAITERS} grants"
+    );
 }

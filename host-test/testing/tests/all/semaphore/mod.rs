@@ -188,9 +188,20 @@ async fn a_release_lets_exactly_one_waiter_in_per_place_freed(h: Harness) {
         }));
     }
     let partition = semaphore_partition(ID, "tenant:2");
-    h.until_waiting(&partition, WAITERS).await;
+    // The waiters of one runtime take turns: the first waits on the store,
+    // the others in its line (`coord_host::backend::turns`).
+    let until_in_line = |n: usize| {
+        let (rt, partition) = (rt.clone(), partition.clone());
+        async move {
+            while rt.turns().in_line_for_a_place(&partition, 2) != n {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    until_in_line(WAITERS).await;
+    h.until_waiting(&partition, 1).await;
     // Each release frees one place: exactly one waiter gets in, and the
-    // others go back to waiting in the store.
+    // others go on waiting.
     let mut freed = vec![a, b];
     let mut released = 0;
     while released < WAITERS {
@@ -200,7 +211,7 @@ async fn a_release_lets_exactly_one_waiter_in_per_place_freed(h: Harness) {
         while admitted.load(Ordering::SeqCst) < released {
             tokio::task::yield_now().await;
         }
-        h.until_waiting(&partition, WAITERS - released).await;
+        until_in_line(WAITERS - released).await;
         settle().await;
         assert_eq!(
             admitted.load(Ordering::SeqCst),
