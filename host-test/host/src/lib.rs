@@ -229,12 +229,12 @@ impl Runtime {
     }
 
     /// The backend every instance of this runtime shares: the one it was
-    /// given, inside a [`Turns`] (its lock waiters take turns).
+    /// given, inside a [`Turns`] (its lock and semaphore waiters take turns).
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
     }
 
-    /// The lines in which this runtime's lock waiters take turns.
+    /// The lines in which this runtime's lock and semaphore waiters take turns.
     pub fn turns(&self) -> &Turns {
         &self.turns
     }
@@ -254,7 +254,7 @@ impl Runtime {
 /// its exports (`coordinator.coord_sync_lock().call_acquire(&mut store, …)`).
 /// Give every `HostState` the same backend, inside one
 /// [`backend::turns::Turns`], so that a release wakes one of the
-/// instances' lock waiters instead of all of them.
+/// instances' lock (or semaphore) waiters instead of all of them.
 pub fn add_to_linker<T: Send + 'static>(
     linker: &mut Linker<T>,
     get: fn(&mut T) -> &mut HostState,

@@ -1,6 +1,7 @@
 //! Waiters of one process take turns: of the calls in this process that
-//! wait for the same key to become absent, only the first one waits on the
-//! store, and the others follow it in the order they came.
+//! wait for the same key to become absent (a lock), or for a place under
+//! the same limit (a semaphore), only the first one waits on the store, and
+//! the others follow it in the order they came.
 //!
 //! Without it, every waiter of a lock waits on the store, and a release
 //! wakes them all: one of them takes the lock and every other makes a call
@@ -22,20 +23,27 @@
 //!   condition failing (a lock's: the key present, the grant just made
 //!   included, so it waits for that holder's release instead of trying at
 //!   once and failing; a semaphore's: the places full, so after a grant it
-//!   tries at once, as another place may be free, and waits if not);
+//!   tries at once, as another place may be free, and waits if not), and
+//!   cuts its wait to the expiry that reply named (the holder's, or the
+//!   permit that expires first), which may come before the one it knew;
 //! - a waiter whose own timeout passes before its turn makes its put then,
 //!   as `wait-then-put` promises, and returns its reply;
 //! - a call that ends in a conflict keeps its place for a short grace
-//!   ([`DEFAULT_GRACE`]), by its value (the owner token): a lock's
+//!   ([`DEFAULT_GRACE`]), by its caller (a lock's value, a semaphore
+//!   waiter's key: the owner token either way): a lock's
 //!   `attempts` policy waits in slices of `delay-ms`, and each slice is a
 //!   call of its own, so without the grace every waiter went to the back
 //!   of the line at each slice and the order of arrival churned. The same
 //!   acquisition calling again within the grace takes its place back;
 //!   while it is away from the head of the line nobody else waits on the
 //!   store (a release is not missed: the next call waits after the
-//!   revision the line last saw the key present at), and one that does
+//!   revision the line last saw its condition fail at), and one that does
 //!   not come back (its acquire ended busy) holds the line for the grace
 //!   at most.
+//!
+//! The order of arrival holds for grants made on a release. A waiter
+//! whose own wait ends first (an expiry it knew of, a slice of `attempts`)
+//! tries then, from wherever it is in the line, as its policy promises.
 //!
 //! It is a property of one process: waiters in different processes each
 //! have their own line, so a release wakes one waiter per process. Calls
@@ -50,7 +58,8 @@ use tokio::sync::Notify;
 
 use super::*;
 
-/// A backend whose `absent` waiters take turns (see the module's docs).
+/// A backend whose lock and semaphore waiters take turns (see the module's
+/// docs).
 /// [`crate::Runtime`] and `coord serve` put it around their backend; an
 /// embedder that builds its own `HostState`s for many instances should give
 /// them all one `Turns` around the store.
@@ -115,10 +124,14 @@ struct Line {
     /// condition failing (the key present; the places full): no put of the
     /// line can apply before a change after it.
     blocked_at: u64,
+    /// The expiry of the entry that reply named (the key's holder; the
+    /// permit that expires first), if it had one: the condition may hold
+    /// from then on with no write to wake anyone.
+    blocked_until: Option<Millis>,
 }
 
 impl Turns {
-    /// `inner`, with its `absent` waiters taking turns.
+    /// `inner`, with its lock and semaphore waiters taking turns.
     pub fn new(inner: Arc<dyn Backend>) -> Self {
         Turns {
             inner,
@@ -256,18 +269,22 @@ impl Turns {
     }
 
     /// The revision the head should wait after: its own, or later when the
-    /// line saw its condition fail later.
-    fn after(&self, line: &LineId, after: u64) -> u64 {
-        self.lines()
-            .by_key
-            .get(line)
-            .map_or(after, |l| after.max(l.blocked_at))
+    /// line saw its condition fail later, with the expiry that reply named
+    /// (which the head's own wait may not know of).
+    fn after(&self, line: &LineId, after: u64) -> (u64, Option<Millis>) {
+        match self.lines().by_key.get(line) {
+            Some(l) if l.blocked_at > after => (l.blocked_at, l.blocked_until),
+            _ => (after, None),
+        }
     }
 
-    /// Note a reply that showed the line's condition failing at `revision`.
-    fn seen_blocked(&self, line: &LineId, revision: u64) {
-        if let Some(l) = self.lines().by_key.get_mut(line) {
-            l.blocked_at = l.blocked_at.max(revision);
+    /// Note a reply that showed the line's condition failing at `revision`,
+    /// naming an entry that expires at `until`.
+    fn seen_blocked(&self, line: &LineId, revision: u64, until: Option<Millis>) {
+        if let Some(l) = self.lines().by_key.get_mut(line)
+            && revision >= l.blocked_at
+        {
+            (l.blocked_at, l.blocked_until) = (revision, until);
         }
     }
 
@@ -466,7 +483,15 @@ impl Backend for Turns {
                 _ => 0,
             };
             let spent = millis(started.elapsed()).max(on_store);
-            (self.after(&line, after), timeout_ms.saturating_sub(spent))
+            let wait_ms = timeout_ms.saturating_sub(spent);
+            let (after, blocked_until) = self.after(&line, after);
+            // Wake at the expiry the line learned of, at least 1 ms on: an
+            // entry named at its expiry must not make a call with no wait.
+            let wait_ms = match (blocked_until, self.store_now()) {
+                (Some(until), Some(now)) => wait_ms.min(until.saturating_sub(now).max(1)),
+                _ => wait_ms,
+            };
+            (after, wait_ms)
         } else {
             // Its timeout passed before its turn: put now, as promised.
             (after, 0)
@@ -480,15 +505,17 @@ impl Backend for Turns {
             place.keep = matches!(reply.outcome, Outcome::Conflict(_));
             let blocked = match (&line.1, &reply.outcome) {
                 // The key present: granted to this call, or held.
-                (Goal::Absent(_), Outcome::Applied(_)) => true,
-                (Goal::Absent(_), Outcome::Conflict(Some(entry))) => entry.key == key,
+                (Goal::Absent(_), Outcome::Applied(entry)) => Some(entry),
+                (Goal::Absent(_), Outcome::Conflict(Some(entry))) if entry.key == key => {
+                    Some(entry)
+                }
                 // Full (a conflict naming another permit); a grant may
                 // leave a place free for the next.
-                (Goal::Place(_), Outcome::Conflict(Some(entry))) => entry.key != key,
-                _ => false,
+                (Goal::Place(_), Outcome::Conflict(Some(entry))) if entry.key != key => Some(entry),
+                _ => None,
             };
-            if blocked {
-                self.seen_blocked(&line, reply.revision);
+            if let Some(entry) = blocked {
+                self.seen_blocked(&line, reply.revision, entry.expires_at);
             }
         }
         drop(place);

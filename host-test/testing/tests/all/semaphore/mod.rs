@@ -177,7 +177,10 @@ async fn a_release_lets_exactly_one_waiter_in_per_place_freed(h: Harness) {
     let granted = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for _ in 0..WAITERS {
-        let (rt, admitted, granted) = (rt.clone(), admitted.clone(), granted.clone());
+        // Each in a runtime of its own, as in a process of its own: all of
+        // them wait on the store, and race for each place freed (waiters of
+        // one runtime take turns instead: `turns.rs`).
+        let (rt, admitted, granted) = (h.runtime(), admitted.clone(), granted.clone());
         waiters.push(tokio::spawn(async move {
             let mut i = rt.instantiate().await.unwrap();
             // The clock never moves: only a release can let a waiter in.
@@ -188,20 +191,9 @@ async fn a_release_lets_exactly_one_waiter_in_per_place_freed(h: Harness) {
         }));
     }
     let partition = semaphore_partition(ID, "tenant:2");
-    // The waiters of one runtime take turns: the first waits on the store,
-    // the others in its line (`coord_host::backend::turns`).
-    let until_in_line = |n: usize| {
-        let (rt, partition) = (rt.clone(), partition.clone());
-        async move {
-            while rt.turns().in_line_for_a_place(&partition, 2) != n {
-                tokio::task::yield_now().await;
-            }
-        }
-    };
-    until_in_line(WAITERS).await;
-    h.until_waiting(&partition, 1).await;
+    h.until_waiting(&partition, WAITERS).await;
     // Each release frees one place: exactly one waiter gets in, and the
-    // others go on waiting.
+    // others go back to waiting in the store.
     let mut freed = vec![a, b];
     let mut released = 0;
     while released < WAITERS {
@@ -211,7 +203,7 @@ async fn a_release_lets_exactly_one_waiter_in_per_place_freed(h: Harness) {
         while admitted.load(Ordering::SeqCst) < released {
             tokio::task::yield_now().await;
         }
-        until_in_line(WAITERS - released).await;
+        h.until_waiting(&partition, WAITERS - released).await;
         settle().await;
         assert_eq!(
             admitted.load(Ordering::SeqCst),
